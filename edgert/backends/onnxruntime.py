@@ -1,0 +1,135 @@
+"""ONNX Runtime on the CPU: the backend that runs everywhere, and the accuracy reference.
+
+Inputs and outputs are numpy buffers allocated at open and bound once through IOBinding, so a
+steady-state ``infer()`` hands ONNX Runtime the same memory every call and allocates nothing in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.backends.base import Backend, BackendProbe, Session, SessionOptions
+from edgert.errors import BackendError, BackendUnavailable, ModelError
+from edgert.types import TensorSpec
+
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_dtype"]
+
+log = logging.getLogger(__name__)
+
+_ORT_TYPES: dict[str, Any] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def ort_dtype(type_str: str) -> np.dtype:
+    try:
+        dtype: np.dtype = np.dtype(_ORT_TYPES[type_str])
+        return dtype
+    except KeyError:
+        raise ModelError(f"tensor type {type_str} is not supported by edgert") from None
+
+
+def _spec(arg: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int) else (d if isinstance(d, str) and d else -1) for d in arg.shape)
+    return TensorSpec(arg.name, shape, ort_dtype(arg.type))
+
+
+def load_ort_session(path: Path, providers: list[Any], threads: int = 0) -> Any:
+    """An ``InferenceSession`` with edgert's options; ONNX Runtime's errors become one-line ModelErrors."""
+    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.log_severity_level = 3  # ONNX Runtime's warnings go to stderr otherwise; errors still raise
+    try:
+        return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    except Exception as exc:  # onnxruntime raises pybind11 exception types that cannot be imported reliably
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{path}: ONNX Runtime cannot load this model: {first}") from exc
+
+
+class OnnxRuntimeSession(Session):
+    backend_name = "onnxruntime"
+
+    def __init__(self, path: Path, options: SessionOptions, providers: list[Any] | None = None) -> None:
+        self._sess = load_ort_session(path, providers or ["CPUExecutionProvider"], options.threads)
+        super().__init__([_spec(a) for a in self._sess.get_inputs()], [_spec(a) for a in self._sess.get_outputs()])
+        self.metadata = dict(self._sess.get_modelmeta().custom_metadata_map or {})
+        for spec in self.input_specs:
+            self.inputs[spec.name] = np.zeros(spec.concrete(dict(options.shapes)), dtype=spec.dtype)
+        self._allocate_outputs()
+        self._io = self._sess.io_binding()
+        for name, buf in self.inputs.items():
+            self._io.bind_input(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+        self._bind_outputs()
+
+    def _allocate_outputs(self) -> None:
+        if all(not s.is_dynamic for s in self.output_specs):
+            for spec in self.output_specs:
+                self.outputs[spec.name] = np.zeros(spec.concrete(), dtype=spec.dtype)
+            return
+        # Output sizes depend on the input sizes: one run on the zeroed inputs tells them.
+        results = self._run_plain()
+        for spec, value in zip(self.output_specs, results):
+            self.outputs[spec.name] = np.zeros(value.shape, dtype=spec.dtype)
+
+    def _bind_outputs(self) -> None:
+        self._dynamic_outputs = False
+        for name, buf in self.outputs.items():
+            self._io.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+
+    def _run_plain(self) -> list[np.ndarray]:
+        try:
+            return list(self._sess.run(None, self.inputs))
+        except Exception as exc:
+            raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+
+    def _infer_impl(self) -> None:
+        try:
+            self._sess.run_with_iobinding(self._io)
+        except Exception as exc:
+            if self._dynamic_outputs:
+                raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+            # Outputs whose size depends on the data (NMS inside the graph) cannot use fixed buffers:
+            # fall back to buffers ONNX Runtime allocates, copied out per call.
+            log.info("outputs change size with the data; ONNX Runtime allocates them per call")
+            self._dynamic_outputs = True
+            self._io.clear_binding_outputs()
+            for name in self.outputs:
+                self._io.bind_output(name, "cpu")
+            self._infer_impl()
+            return
+        if self._dynamic_outputs:
+            for name, value in zip(self.outputs, self._io.copy_outputs_to_cpu()):
+                self.outputs[name] = value
+
+    def _close_impl(self) -> None:
+        self._io = None
+        self._sess = None
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+
+    def probe(self) -> BackendProbe:
+        try:
+            ort = lazy_import("onnxruntime")
+        except BackendUnavailable as exc:
+            return BackendProbe(self.name, False, str(exc))
+        return BackendProbe(self.name, True, f"onnxruntime {ort.__version__} on the CPU")
+
+    def open(self, model: str | Path, options: SessionOptions | None = None) -> OnnxRuntimeSession:
+        return OnnxRuntimeSession(self._model_path(model), options or SessionOptions())

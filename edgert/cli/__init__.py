@@ -1,0 +1,1 @@
+"""The ``edgert`` command line: one module per subcommand, each with ``register(subparsers)``."""

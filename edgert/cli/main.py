@@ -1,0 +1,64 @@
+"""Entry point of the ``edgert`` command.
+
+Errors edgert knows about (:class:`~edgert.errors.EdgertError`) print one line to stderr and exit 1;
+usage errors exit 2 (argparse); ``--debug`` shows tracebacks. Anything else is an edgert bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from edgert import __version__
+from edgert.errors import EdgertError
+
+# Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
+# dependencies inside its run function, so --help works whatever is installed.
+SUBCOMMANDS: tuple[str, ...] = ("info",)
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING - 10 * verbosity
+    # A level prefix on every line: journald and humans both read it (no timestamps: journald adds them).
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr, force=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgert",
+        description="Build, calibrate, run, measure and ship ONNX models on NVIDIA Jetson.",
+    )
+    parser.add_argument("--version", action="version", version=f"edgert {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"edgert.cli.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose + (2 if args.debug else 0))
+    try:
+        code = args.func(args)
+    except EdgertError as exc:
+        if args.debug:
+            raise
+        print(f"edgert: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("edgert: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""Pipeline configuration: one frozen dataclass per stage, loaded from YAML.
+
+Each stage validates itself when it is built, so a config object that exists is a valid one. Loading
+from YAML keeps the line of every key, so an error reads
+``pipeline.yaml:12: preprocess.mean: expected 3 numbers, got 2`` and points at the line to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+from edgert.errors import ConfigError
+
+__all__ = [
+    "DecodeConfig",
+    "FieldError",
+    "ModelConfig",
+    "PipelineConfig",
+    "PowerConfig",
+    "PreprocessConfig",
+    "RuntimeConfig",
+    "SourceConfig",
+    "from_mapping",
+    "load_config",
+]
+
+T = TypeVar("T")
+
+
+class FieldError(ValueError):
+    """Raised by a config's ``__post_init__`` to blame one of its fields."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
+        self.message = message
+
+
+def _check(cond: bool, field_name: str, message: str) -> None:
+    if not cond:
+        raise FieldError(field_name, message)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stage configs. Defaults are what a user of Ultralytics-style YOLO exports expects.
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = ""
+    backend: str = "auto"
+    precision: Literal["fp32", "fp16", "int8", "best"] = "fp32"
+    threads: int = 0  # 0: the backend's default
+    engine_cache: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.threads >= 0, "threads", f"expected a count >= 0, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    size: tuple[int, int] | None = None  # (height, width); None: from the model's input
+    resize: Literal["letterbox", "stretch"] = "letterbox"
+    pad_value: int = 114
+    color: Literal["rgb", "bgr"] = "rgb"
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    layout: Literal["auto", "NCHW", "NHWC"] = "auto"
+    dtype: Literal["auto", "float32", "float16", "uint8"] = "auto"
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.pad_value <= 255, "pad_value", f"expected 0..255, got {self.pad_value}")
+        _check(all(s != 0 for s in self.std), "std", "expected non-zero values")
+        if self.size is not None:
+            _check(all(s > 0 for s in self.size), "size", f"expected positive sizes, got {list(self.size)}")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    kind: Literal["auto", "yolov5", "yolov8", "end2end", "efficient_nms"] = "auto"
+    conf: float = 0.25
+    iou: float = 0.45
+    max_det: int = 300
+    classes: tuple[int, ...] | None = None  # keep only these class ids
+    names: tuple[str, ...] | None = None  # class names; None: from the model or COCO
+    agnostic: bool = False
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.conf <= 1.0, "conf", f"expected 0..1, got {self.conf}")
+        _check(0.0 <= self.iou <= 1.0, "iou", f"expected 0..1, got {self.iou}")
+        _check(self.max_det > 0, "max_det", f"expected > 0, got {self.max_det}")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    uri: str = ""
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    fourcc: str | None = None
+    loop: bool = False
+    sensor_mode: int | None = None
+    flip: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fourcc is not None:
+            _check(len(self.fourcc) == 4, "fourcc", f"expected 4 characters, got {self.fourcc!r}")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    queue_size: int = 4
+    max_frames: int | None = None
+    warmup: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.queue_size >= 1, "queue_size", f"expected >= 1, got {self.queue_size}")
+
+
+@dataclass(frozen=True)
+class PowerConfig:
+    budget_w: float | None = None
+    rail: str | None = None
+    meter: str = "auto"
+    sample_hz: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.budget_w is not None:
+            _check(self.budget_w > 0, "budget_w", f"expected watts > 0, got {self.budget_w}")
+        _check(self.sample_hz > 0, "sample_hz", f"expected > 0, got {self.sample_hz}")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    task: Literal["detect", "vad", "wakeword", "asr"] = "detect"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    sinks: tuple[str, ...] = ()
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    power: PowerConfig = field(default_factory=PowerConfig)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+class _Where:
+    """Where a value came from: file name plus the line of each key path."""
+
+    def __init__(self, filename: str, lines: dict[tuple[str, ...], int]) -> None:
+        self.filename = filename
+        self.lines = lines
+
+    def error(self, path: tuple[str, ...], message: str) -> ConfigError:
+        key = ".".join(path) if path else "(top level)"
+        line = None
+        probe = path
+        while probe and line is None:  # a missing key is blamed on its parent's line
+            line = self.lines.get(probe)
+            probe = probe[:-1]
+        loc = f"{self.filename}:{line}" if line is not None else self.filename
+        return ConfigError(f"{loc}: {key}: {message}")
+
+
+def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = (*prefix, str(key_node.value))
+            out[path] = key_node.start_mark.line + 1
+            _key_lines(value_node, path, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            path = (*prefix, str(i))
+            out[path] = item.start_mark.line + 1
+            _key_lines(item, path, out)
+
+
+def load_config(path: str | Path, cls: type[T] = PipelineConfig) -> T:  # type: ignore[assignment]
+    """Load a YAML file into ``cls``; every problem is a one-line :class:`ConfigError`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise ConfigError(f"{p}:{line}: invalid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    lines: dict[tuple[str, ...], int] = {}
+    if node is not None:
+        _key_lines(node, (), lines)
+    if data is None:
+        data = {}
+    return from_mapping(cls, data, _Where(p.name, lines))
+
+
+def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tuple[str, ...] = ()) -> T:
+    """Build the dataclass ``cls`` from plain data, checking every key and type."""
+    where = where or _Where("<config>", {})
+    if not isinstance(data, Mapping):
+        raise where.error(path, f"expected a mapping, got {_kind(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key = str(key)
+        if key not in fields:
+            valid = ", ".join(sorted(fields))
+            raise where.error((*path, key), f"unknown key. Note: valid keys are {valid}")
+        kwargs[key] = _convert(hints[key], value, where, (*path, key))
+    try:
+        return cls(**kwargs)
+    except FieldError as exc:
+        raise where.error((*path, exc.field_name), exc.message) from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _convert(tp: Any, value: Any, where: _Where, path: tuple[str, ...]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, where, path)
+        errors = []
+        for a in inner:
+            try:
+                return _convert(a, value, where, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[-1]
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(str(a) for a in args)
+            raise where.error(path, f"expected one of {choices}, got {_kind(value)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise where.error(path, f"expected a list, got {_kind(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, where, (*path, str(i))) for i, v in enumerate(value))
+        if len(value) != len(args):
+            noun = "numbers" if all(a in (int, float) for a in args) else "items"
+            raise where.error(path, f"expected {len(args)} {noun}, got {len(value)}")
+        return tuple(_convert(a, v, where, (*path, str(i))) for i, (a, v) in enumerate(zip(args, value)))
+    if dataclasses.is_dataclass(tp):
+        return from_mapping(tp, value, where, path)  # type: ignore[arg-type]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise where.error(path, f"expected true or false, got {_kind(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise where.error(path, f"expected a whole number, got {_kind(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise where.error(path, f"expected a number, got {_kind(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise where.error(path, f"expected a string, got {_kind(value)}")
+        return str(value)
+    raise TypeError(f"config field type {tp!r} is not supported by the loader")  # an edgert bug

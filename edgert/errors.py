@@ -1,0 +1,76 @@
+"""The exception tree.
+
+Every error a user can cause (a bad config key, a missing model, a camera that vanished) is an
+:class:`EdgertError`. The CLI prints ``str(error)`` as one line and exits 1. Anything else is a bug in
+edgert and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "BuildError",
+    "CalibrationError",
+    "ConfigError",
+    "EdgertError",
+    "EngineCacheError",
+    "InputError",
+    "ModelError",
+    "PowerError",
+    "ServiceError",
+    "SinkError",
+    "SourceError",
+]
+
+
+class EdgertError(Exception):
+    """Base of every error caused by input, configuration or environment rather than an edgert bug."""
+
+
+class ConfigError(EdgertError):
+    """A configuration file or flag is wrong: unknown key, wrong type, invalid value."""
+
+
+class ModelError(EdgertError):
+    """A model file is missing, unreadable, or not what the requested task expects."""
+
+
+class BackendUnavailable(EdgertError):
+    """The requested backend cannot run here (package missing, no GPU). The message names the fix."""
+
+
+class BackendError(EdgertError):
+    """The backend failed while loading or running a model."""
+
+
+class InputError(EdgertError):
+    """Data handed to a session or stage does not match what it expects (name, shape, dtype)."""
+
+
+class BuildError(EdgertError):
+    """An engine could not be built (parser error, unsupported layer, out of memory)."""
+
+
+class EngineCacheError(EdgertError):
+    """An engine file does not match this machine (other TensorRT version or GPU) or is damaged."""
+
+
+class CalibrationError(EdgertError):
+    """INT8 calibration could not run (no usable samples, unsupported model)."""
+
+
+class SourceError(EdgertError):
+    """A frame or audio source cannot be opened or has failed for good."""
+
+
+class SinkError(EdgertError):
+    """An output (file, display, server) cannot be opened or written."""
+
+
+class PowerError(EdgertError):
+    """A power meter or power budget is misconfigured."""
+
+
+class ServiceError(EdgertError):
+    """Installing or controlling the systemd service failed."""
