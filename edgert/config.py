@@ -208,7 +208,7 @@ def load_config(path: str | Path, cls: type[T] = PipelineConfig) -> T:  # type: 
         _key_lines(node, (), lines)
     if data is None:
         data = {}
-    return from_mapping(cls, data, _Where(p.name, lines))
+    return from_mapping(cls, data, _Where(str(p), lines))
 
 
 def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tuple[str, ...] = ()) -> T:
