@@ -1,0 +1,130 @@
+"""What every decoder shares: class names, output-shape helpers, and the common finishing steps.
+
+A decoder is not re-entrant (it keeps scratch buffers between calls): use one per thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from edgert.config import DecodeConfig
+from edgert.errors import ModelError
+from edgert.types import Dim, TensorSpec
+from edgert.vision.coco import COCO_NAMES
+from edgert.vision.detections import Detections
+from edgert.vision.nms import nms_indices
+from edgert.vision.preprocess import LetterboxTransform
+
+__all__ = ["DecoderBase", "describe_outputs", "fixed", "parse_names", "resolve_names"]
+
+log = logging.getLogger(__name__)
+
+
+def fixed(d: Dim) -> int | None:
+    return d if isinstance(d, int) and d >= 0 else None
+
+
+def describe_outputs(specs: Sequence[TensorSpec]) -> str:
+    return ", ".join(s.describe() for s in specs) or "(none)"
+
+
+def parse_names(raw: str | None) -> tuple[str, ...] | None:
+    """Class names from Ultralytics metadata: ``"{0: 'Normal', 1: 'Fall'}"`` (or a list literal)."""
+    if not raw:
+        return None
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        log.warning("ignoring unreadable 'names' metadata %.60r", raw)
+        return None
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    if isinstance(value, dict):
+        try:
+            table = {int(k): str(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            log.warning("ignoring 'names' metadata with non-numeric keys %.60r", raw)
+            return None
+        if not table or min(table) < 0:
+            return None
+        return tuple(table.get(i, f"class{i}") for i in range(max(table) + 1))
+    log.warning("ignoring 'names' metadata of type %s", type(value).__name__)
+    return None
+
+
+def resolve_names(config: DecodeConfig, metadata: Mapping[str, str], num_classes: int | None) -> tuple[str, ...]:
+    """config.names, else the model's metadata names, else COCO for 80 classes, else ``class<i>``."""
+    names: tuple[str, ...] | None = tuple(config.names) if config.names else parse_names(metadata.get("names"))
+    if names is not None:
+        if num_classes is not None and len(names) != num_classes:
+            log.warning("%d class names for a model with %d classes", len(names), num_classes)
+        return names
+    if num_classes == 80:
+        return COCO_NAMES
+    if num_classes:
+        return tuple(f"class{i}" for i in range(num_classes))
+    return ()
+
+
+class DecoderBase:
+    """Thresholds, class filter, NMS and the mapping back to the frame, shared by the decoders."""
+
+    kind = "?"
+
+    def __init__(self, config: DecodeConfig, names: tuple[str, ...]) -> None:
+        self.config = config
+        self.names = names
+        self._conf = float(config.conf)
+        self._classes = None if config.classes is None else np.asarray(config.classes, np.int64)
+        self._empty = Detections.empty(names)
+
+    def _finish(
+        self,
+        xyxy: np.ndarray,
+        conf: np.ndarray,
+        cls: np.ndarray,
+        transform: LetterboxTransform,
+        run_nms: bool = True,
+    ) -> Detections:
+        """Class filter, NMS (unless the model did it), max_det, then map to the original frame.
+
+        ``xyxy`` is (k, 4) float32 in network-input pixels and owned by the caller (mapped in place).
+        """
+        if self._classes is not None and cls.size:
+            keep = np.isin(cls, self._classes)
+            xyxy, conf, cls = xyxy[keep], conf[keep], cls[keep]
+        if not conf.size:
+            return self._empty
+        if run_nms:
+            idx = nms_indices(xyxy, conf, self.config.iou, None if self.config.agnostic else cls, self.config.max_det)
+        elif conf.size > self.config.max_det:
+            idx = np.argsort(-conf, kind="stable")[: self.config.max_det]
+        else:
+            idx = None
+        if idx is not None:
+            xyxy, conf, cls = xyxy[idx], conf[idx], cls[idx]
+        transform.to_original(xyxy)
+        return Detections(xyxy, conf, cls, self.names)
+
+    @staticmethod
+    def _output(outputs: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+        try:
+            return outputs[name]
+        except KeyError:
+            raise ModelError(f"model output {name} is missing. Note: outputs are {', '.join(outputs)}") from None
+
+
+def cxcywh_to_xyxy(b: np.ndarray) -> np.ndarray:
+    """(4, k) rows cx, cy, w, h -> a new (k, 4) float32 x1, y1, x2, y2."""
+    out = np.empty((b.shape[1], 4), np.float32)
+    half_w = b[2] * 0.5
+    half_h = b[3] * 0.5
+    np.subtract(b[0], half_w, out=out[:, 0])
+    np.subtract(b[1], half_h, out=out[:, 1])
+    np.add(b[0], half_w, out=out[:, 2])
+    np.add(b[1], half_h, out=out[:, 3])
+    return out

@@ -1,0 +1,42 @@
+"""End-to-end outputs [1, N, 6]: x1, y1, x2, y2, score, class (YOLOv10-style, NMS-included exports).
+
+The model has done NMS already; the decoder applies the confidence threshold, the class filter and
+``max_det``, and maps the boxes back to the frame. Rows past the real detections are zero-padded by
+such exports and fall below any positive threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from edgert.config import DecodeConfig
+from edgert.errors import ModelError
+from edgert.vision.decoders._common import DecoderBase
+from edgert.vision.detections import Detections
+from edgert.vision.preprocess import LetterboxTransform
+
+__all__ = ["End2EndDecoder"]
+
+
+class End2EndDecoder(DecoderBase):
+    kind = "end2end"
+
+    def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
+        super().__init__(config, names)
+        self.output = output
+
+    def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:
+        out = self._output(outputs, self.output)
+        if out.ndim != 3 or out.shape[2] != 6:
+            raise ModelError(
+                f"end2end decoder: output {self.output} has shape {list(out.shape)}. Note: expected [1,N,6]"
+            )
+        a = out[0]
+        idx = np.flatnonzero(a[:, 4] > self._conf)
+        if not idx.size:
+            return self._empty
+        rows = a[idx].astype(np.float32)
+        xyxy = np.ascontiguousarray(rows[:, :4])
+        return self._finish(xyxy, rows[:, 4].copy(), np.rint(rows[:, 5]).astype(np.int32), transform, run_nms=False)

@@ -1,0 +1,103 @@
+"""``Detections``: the one result type of a detector, numpy inside, validated when built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgert.errors import InputError
+
+__all__ = ["Detections"]
+
+
+def _as(array: Any, dtype: type[np.generic], name: str) -> np.ndarray:
+    try:
+        out = np.asarray(array)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"Detections.{name}: cannot make an array: {exc}") from None
+    if out.dtype != dtype:
+        # Integers of any width and floats of any precision coerce; strings and objects do not.
+        if out.size and out.dtype.kind not in "biuf":
+            raise InputError(f"Detections.{name} | Received dtype {out.dtype}. Note: expected numbers")
+        out = out.astype(dtype)
+    return out
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Boxes found in one frame.
+
+    ``xyxy`` is (N, 4) float32 in original-frame pixels (x1, y1, x2, y2), ``confidence`` (N,) float32,
+    ``class_id`` (N,) int32; ``names`` is the model's class-name table (may be empty: ids then name
+    themselves). Arrays are coerced to those dtypes; shapes that disagree raise :class:`InputError`.
+    """
+
+    xyxy: np.ndarray
+    confidence: np.ndarray
+    class_id: np.ndarray
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        xyxy = _as(self.xyxy, np.float32, "xyxy")
+        if xyxy.size == 0:
+            xyxy = xyxy.reshape(0, 4)
+        if xyxy.ndim != 2 or xyxy.shape[1] != 4:
+            raise InputError(f"Detections.xyxy | Received shape {xyxy.shape}. Note: expected (N, 4)")
+        n = xyxy.shape[0]
+        confidence = _as(self.confidence, np.float32, "confidence").reshape(-1)
+        class_id = _as(self.class_id, np.int32, "class_id").reshape(-1)
+        if confidence.shape[0] != n or class_id.shape[0] != n:
+            raise InputError(
+                f"Detections: {n} boxes but {confidence.shape[0]} confidences and {class_id.shape[0]} class ids"
+            )
+        # frozen: assign through object.__setattr__ so the stored arrays are the coerced ones
+        object.__setattr__(self, "xyxy", xyxy)
+        object.__setattr__(self, "confidence", confidence)
+        object.__setattr__(self, "class_id", class_id)
+        object.__setattr__(self, "names", tuple(str(n) for n in self.names))
+
+    def __len__(self) -> int:
+        return int(self.xyxy.shape[0])
+
+    @classmethod
+    def empty(cls, names: Sequence[str] = ()) -> Detections:
+        return cls(
+            np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32), tuple(names)
+        )
+
+    def class_name(self, class_id: int) -> str:
+        """The name of ``class_id`` from the table, or the id itself when the table lacks it."""
+        i = int(class_id)
+        return self.names[i] if 0 <= i < len(self.names) else str(i)
+
+    def class_names(self) -> list[str]:
+        return [self.class_name(i) for i in self.class_id.tolist()]
+
+    def __getitem__(self, index: Any) -> Detections:
+        """A subset: ``det[det.confidence > 0.5]``, ``det[:3]``, ``det[[0, 2]]``."""
+        if isinstance(index, (int, np.integer)):
+            index = [int(index)]
+        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.names)
+
+    def counts(self) -> dict[str, int]:
+        """Detections per class name (for summaries)."""
+        out: dict[str, int] = {}
+        for name in self.class_names():
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """JSON-ready dicts: box rounded to 0.1 px, confidence to 4 decimals."""
+        boxes = np.round(self.xyxy.astype(np.float64), 1).tolist()
+        confs = np.round(self.confidence.astype(np.float64), 4).tolist()
+        ids = self.class_id.tolist()
+        return [
+            {"box": box, "confidence": conf, "class_id": cid, "class_name": self.class_name(cid)}
+            for box, conf, cid in zip(boxes, confs, ids)
+        ]
+
+    def __repr__(self) -> str:
+        return f"Detections({len(self)} boxes: {self.counts()})"

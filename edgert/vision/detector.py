@@ -1,0 +1,106 @@
+"""``Detector``: one model, one frame in, :class:`Detections` out.
+
+The convenience API for applications, calibration comparisons and tests. The streaming pipeline uses
+the same three parts (``session``, ``preprocessor``, ``decoder``) on separate threads.
+
+    with Detector("yolov8n.onnx") as det:
+        for box, name in zip(det(frame).xyxy, det(frame).class_names()): ...
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from edgert.backends import SessionOptions, open_session
+from edgert.backends.base import Session
+from edgert.config import PipelineConfig
+from edgert.errors import ModelError
+from edgert.types import TensorSpec
+from edgert.vision.decoders import Decoder, make_decoder
+from edgert.vision.detections import Detections
+from edgert.vision.preprocess import LetterboxTransform, Preprocessor
+
+__all__ = ["Detector", "concrete_output_specs", "image_input"]
+
+
+def image_input(session: Session) -> TensorSpec:
+    """The model's image input: its only input, or the only rank-4 one."""
+    specs = session.input_specs
+    if len(specs) == 1:
+        return specs[0]
+    rank4 = [s for s in specs if len(s.shape) == 4]
+    if len(rank4) == 1:
+        return rank4[0]
+    inputs = ", ".join(s.describe() for s in specs)
+    raise ModelError(f"cannot tell which input takes the image: {inputs}. Note: edgert expects one image input")
+
+
+def concrete_output_specs(session: Session) -> list[TensorSpec]:
+    """Output specs with dynamic dims filled in from the session's allocated output buffers."""
+    specs = []
+    for spec in session.output_specs:
+        buf = session.outputs.get(spec.name)
+        if buf is None or buf.ndim != len(spec.shape):
+            specs.append(spec)
+            continue
+        shape = tuple(d if isinstance(d, int) and d >= 0 else int(n) for d, n in zip(spec.shape, buf.shape))
+        specs.append(TensorSpec(spec.name, shape, spec.dtype))
+    return specs
+
+
+class Detector:
+    """Open ``model`` on ``backend`` (or use an open ``session``) and detect objects in BGR frames."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        config: PipelineConfig | None = None,
+        backend: str = "auto",
+        session: Session | None = None,
+    ) -> None:
+        self.config = config or PipelineConfig()
+        self._owns_session = session is None
+        if session is None:
+            if backend == "auto" and self.config.model.backend != "auto":
+                backend = self.config.model.backend
+            session = open_session(model, backend, SessionOptions(threads=self.config.model.threads))
+        try:
+            spec = image_input(session)
+            self.preprocessor = Preprocessor(self.config.preprocess, spec, session.metadata)
+            if session.inputs[spec.name].shape != self.preprocessor.input_shape and self._owns_session:
+                # A model with a dynamic image size: reopen with the size the preprocessing resolved.
+                session.close()
+                shapes = {spec.name: self.preprocessor.input_shape}
+                session = open_session(model, backend, SessionOptions(threads=self.config.model.threads, shapes=shapes))
+            self.input_name = spec.name
+            self.decoder: Decoder = make_decoder(self.config.decode, concrete_output_specs(session), session.metadata)
+        except BaseException:
+            if self._owns_session:
+                session.close()
+            raise
+        self.session = session
+        self.names = self.decoder.names
+
+    def preprocess(self, frame_bgr: np.ndarray) -> LetterboxTransform:
+        """Write ``frame_bgr`` into the session's input buffer."""
+        return self.preprocessor(frame_bgr, self.session.inputs[self.input_name])
+
+    def __call__(self, frame_bgr: np.ndarray) -> Detections:
+        transform = self.preprocess(frame_bgr)
+        outputs = self.session.infer()
+        return self.decoder(outputs, transform)
+
+    def close(self) -> None:
+        if self._owns_session:
+            self.session.close()
+
+    def __enter__(self) -> Detector:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,45 @@
+"""Draw detections on a BGR frame (for the video, display and web-preview sinks)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.vision.detections import Detections
+
+__all__ = ["class_color", "draw_detections"]
+
+# A fixed palette (Ultralytics' colours, BGR) so a class keeps its colour across frames and runs.
+_PALETTE_HEX = (
+    "FF3838", "FF9D97", "FF701F", "FFB21D", "CFD231", "48F90A", "92CC17", "3DDB86", "1A9334", "00D4BB",
+    "2C99A8", "00C2FF", "344593", "6473FF", "0018EC", "8438FF", "520085", "CB38FF", "FF95C8", "FF37C7",
+)
+_PALETTE: tuple[tuple[int, int, int], ...] = tuple(
+    (int(h[4:6], 16), int(h[2:4], 16), int(h[0:2], 16)) for h in _PALETTE_HEX
+)
+
+
+def class_color(class_id: int) -> tuple[int, int, int]:
+    return _PALETTE[int(class_id) % len(_PALETTE)]
+
+
+def draw_detections(
+    frame_bgr: np.ndarray, detections: Detections, thickness: int = 2, font_scale: float = 0.5, labels: bool = True
+) -> np.ndarray:
+    """Draw boxes and ``name 0.87`` labels onto ``frame_bgr`` in place; returns the same array."""
+    if not len(detections):
+        return frame_bgr
+    cv2 = lazy_import("cv2", "drawing detections")
+    boxes = np.rint(detections.xyxy).astype(np.int32).tolist()
+    for (x1, y1, x2, y2), conf, cid in zip(boxes, detections.confidence.tolist(), detections.class_id.tolist()):
+        color = class_color(cid)
+        cv2.rectangle(frame_bgr, (x1, y1), (x2, y2), color, thickness, cv2.LINE_AA)
+        if not labels:
+            continue
+        text = f"{detections.class_name(cid)} {conf:.2f}"
+        (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
+        top = y1 - th - base - 2 if y1 - th - base - 2 >= 0 else y1  # inside the box at the frame's top
+        cv2.rectangle(frame_bgr, (x1, top), (x1 + tw + 2, top + th + base + 2), color, -1)
+        origin = (x1 + 1, top + th + 1)
+        cv2.putText(frame_bgr, text, origin, cv2.FONT_HERSHEY_SIMPLEX, font_scale, (255, 255, 255), 1, cv2.LINE_AA)
+    return frame_bgr

@@ -1,0 +1,295 @@
+"""Frame -> model input, written straight into a preallocated buffer (usually ``session.inputs[name]``).
+
+Per frame the work is: one ``cv2.resize`` into a scratch image made once, a copy into the middle of a
+padded canvas (the padding is painted once per frame size, not per frame), then channel order, layout,
+scale, mean/std and dtype in one numpy pass per channel with ``out=``. Nothing is allocated per frame
+once the frame size is known: the same :class:`LetterboxTransform` object is returned for every frame
+of one size.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.config import PreprocessConfig
+from edgert.errors import ConfigError, InputError, ModelError
+from edgert.types import TensorSpec
+
+__all__ = ["LetterboxTransform", "Preprocessor", "letterbox_geometry", "model_image_size"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LetterboxTransform:
+    """How a frame was placed in the network input: ``input = original * scale + pad``."""
+
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+    src_width: int
+    src_height: int
+
+    def to_original(self, xyxy: np.ndarray) -> np.ndarray:
+        """Map (N, 4) network-input boxes back to original-frame pixels, clipped to the frame.
+
+        Works in place on float arrays (and returns them); other dtypes are converted to float32 first.
+        """
+        if xyxy.dtype.kind != "f":
+            xyxy = xyxy.astype(np.float32)
+        if xyxy.size == 0:
+            return xyxy
+        xs = xyxy[..., 0::2]
+        ys = xyxy[..., 1::2]
+        xs -= self.pad_x
+        xs /= self.scale_x
+        ys -= self.pad_y
+        ys /= self.scale_y
+        np.clip(xs, 0, self.src_width, out=xs)
+        np.clip(ys, 0, self.src_height, out=ys)
+        return xyxy
+
+    def to_input(self, xyxy: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`to_original` (original-frame boxes -> network input), as a new array."""
+        out = np.array(xyxy, dtype=np.float32, copy=True)
+        out[..., 0::2] = out[..., 0::2] * self.scale_x + self.pad_x
+        out[..., 1::2] = out[..., 1::2] * self.scale_y + self.pad_y
+        return out
+
+
+def letterbox_geometry(
+    src_h: int, src_w: int, dst_h: int, dst_w: int, letterbox: bool = True
+) -> tuple[int, int, int, int]:
+    """``(new_h, new_w, top, left)``: the resized frame's size and where it sits in the input."""
+    if not letterbox:
+        return dst_h, dst_w, 0, 0
+    r = min(dst_h / src_h, dst_w / src_w)
+    new_w = max(1, min(dst_w, round(src_w * r)))
+    new_h = max(1, min(dst_h, round(src_h * r)))
+    return new_h, new_w, (dst_h - new_h) // 2, (dst_w - new_w) // 2
+
+
+def model_image_size(metadata: Mapping[str, str] | None) -> tuple[int, int] | None:
+    """``(height, width)`` from Ultralytics metadata ``imgsz`` ("[640, 640]" or "640"), if present."""
+    raw = (metadata or {}).get("imgsz")
+    if not raw:
+        return None
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        log.warning("ignoring unreadable imgsz metadata %r", raw)
+        return None
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    log.warning("ignoring unreadable imgsz metadata %r", raw)
+    return None
+
+
+def _fixed(d: Any) -> int | None:
+    return d if isinstance(d, int) and d > 0 else None
+
+
+class _Geometry:
+    """Scratch buffers and the transform for one source frame size."""
+
+    def __init__(self, src_h: int, src_w: int, dst_h: int, dst_w: int, letterbox: bool) -> None:
+        new_h, new_w, top, left = letterbox_geometry(src_h, src_w, dst_h, dst_w, letterbox)
+        self.src = (src_h, src_w)
+        self.new = (new_h, new_w)
+        self.full = (new_h, new_w) == (dst_h, dst_w)
+        self.region = (slice(top, top + new_h), slice(left, left + new_w))
+        # resize straight into the canvas when the frame fills it; else into a scratch of the inner size
+        self.resized: np.ndarray | None = None if self.full else np.empty((new_h, new_w, 3), np.uint8)
+        self.transform = LetterboxTransform(
+            scale_x=new_w / src_w, scale_y=new_h / src_h, pad_x=float(left), pad_y=float(top),
+            src_width=src_w, src_height=src_h,
+        )
+
+
+class Preprocessor:
+    """Letterbox (or stretch), colour order, scale/mean/std, layout and dtype for one model input.
+
+    ``input_shape`` and ``input_dtype`` say what buffer ``__call__`` fills. ``out`` may be the full
+    input (batch 1) or one sample of a batched input (shape without the batch dim).
+    """
+
+    def __init__(
+        self, config: PreprocessConfig, input_spec: TensorSpec, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        self._cv2 = lazy_import("cv2", "image preprocessing")
+        self.config = config
+        self.spec = input_spec
+        shape = input_spec.shape
+        if len(shape) != 4:
+            raise ModelError(
+                f"Input tensor: {input_spec.describe()} | not an image input. Note: expected rank 4, NCHW or NHWC"
+            )
+        self.layout = self._resolve_layout(config, input_spec)
+        h_dim, w_dim = (shape[2], shape[3]) if self.layout == "NCHW" else (shape[1], shape[2])
+        self.height, self.width = self._resolve_size(config, input_spec, _fixed(h_dim), _fixed(w_dim), metadata)
+        self.input_dtype: np.dtype = self._resolve_dtype(config, input_spec)
+        batch = _fixed(shape[0]) or 1
+        self.input_shape: tuple[int, ...] = (
+            (batch, 3, self.height, self.width) if self.layout == "NCHW" else (batch, self.height, self.width, 3)
+        )
+        self.sample_shape = self.input_shape[1:]
+
+        # out = pixel * alpha + beta per output channel; channel c of the output reads source channel src[c]
+        scale = float(config.scale)
+        self._alpha = np.array([scale / s for s in config.std], np.float32)
+        self._beta = np.array([-m / s for m, s in zip(config.mean, config.std)], np.float32)
+        self._identity = bool(np.all(self._alpha == 1.0) and np.all(self._beta == 0.0))
+        self._has_beta = bool(np.any(self._beta != 0.0))
+        self._src_channel = (2, 1, 0) if config.color == "rgb" else (0, 1, 2)
+        if self.input_dtype == np.uint8 and not self._identity:
+            raise ConfigError(
+                f"preprocess: the model input {input_spec.name} is uint8, so it takes raw pixels. "
+                "Note: set scale: 1.0, mean: [0, 0, 0], std: [1, 1, 1]"
+            )
+        self._letterbox = config.resize == "letterbox"
+        self._pad = int(config.pad_value)
+        self._interp = self._cv2.INTER_LINEAR
+        # The padded image in BGR uint8, made once; and per-channel views of it, made once.
+        self._canvas = np.empty((self.height, self.width, 3), np.uint8)
+        self._channels = [self._canvas[:, :, c] for c in self._src_channel]
+        self._canvas_ordered = self._canvas[:, :, ::-1] if config.color == "rgb" else self._canvas
+        self._geom: _Geometry | None = None
+        self._alpha_c = [float(a) for a in self._alpha]
+        self._beta_c = [float(b) for b in self._beta]
+
+    # -- resolution of what the model wants -------------------------------------------------------
+    @staticmethod
+    def _resolve_layout(config: PreprocessConfig, spec: TensorSpec) -> str:
+        if config.layout != "auto":
+            want = 1 if config.layout == "NCHW" else 3
+            if _fixed(spec.shape[want]) not in (None, 3):
+                raise ConfigError(
+                    f"preprocess.layout {config.layout} does not fit the model input {spec.describe()}"
+                )
+            return config.layout
+        c1, c3 = _fixed(spec.shape[1]), _fixed(spec.shape[3])
+        if c1 == 3:
+            return "NCHW"
+        if c3 == 3:
+            return "NHWC"
+        if c1 is None and c3 is None:
+            return "NCHW"  # both dynamic: the ONNX convention
+        raise ModelError(
+            f"Input tensor: {spec.describe()} | no dimension of 3 colour channels. "
+            "Note: expected [N,3,H,W] or [N,H,W,3]; set preprocess.layout if the model is unusual"
+        )
+
+    @staticmethod
+    def _resolve_size(
+        config: PreprocessConfig, spec: TensorSpec, h: int | None, w: int | None, metadata: Mapping[str, str] | None
+    ) -> tuple[int, int]:
+        if config.size is not None:
+            ch, cw = int(config.size[0]), int(config.size[1])
+            if (h is not None and h != ch) or (w is not None and w != cw):
+                raise ConfigError(
+                    f"preprocess.size {[ch, cw]} does not fit the model input {spec.describe()}. "
+                    f"Note: the model takes {h}x{w} (height x width)"
+                )
+            return ch, cw
+        if h is not None and w is not None:
+            return h, w
+        from_meta = model_image_size(metadata)
+        if from_meta is not None:
+            return from_meta
+        raise ConfigError(
+            f"the model input {spec.describe()} has no fixed image size. Note: set preprocess.size: [height, width]"
+        )
+
+    @staticmethod
+    def _resolve_dtype(config: PreprocessConfig, spec: TensorSpec) -> np.dtype:
+        if config.dtype == "auto":
+            dtype = np.dtype(spec.dtype)
+        else:
+            dtype = np.dtype(config.dtype)
+            if dtype != spec.dtype:
+                raise ConfigError(
+                    f"preprocess.dtype {config.dtype} does not fit the model input {spec.describe()}. "
+                    "Note: use dtype: auto"
+                )
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8)):
+            raise ModelError(
+                f"Input tensor: {spec.describe()} | dtype {dtype} is not supported. "
+                "Note: expected float32, float16 or uint8"
+            )
+        return dtype
+
+    def allocate(self) -> np.ndarray:
+        """A zeroed buffer of ``input_shape``/``input_dtype`` (for callers without a session)."""
+        return np.zeros(self.input_shape, self.input_dtype)
+
+    # -- the hot path ---------------------------------------------------------------------------------
+    def __call__(self, frame_bgr: np.ndarray, out: np.ndarray) -> LetterboxTransform:
+        """Write the model input for one HxWx3 uint8 BGR frame into ``out``; return the transform."""
+        if not isinstance(frame_bgr, np.ndarray) or frame_bgr.ndim != 3 or frame_bgr.shape[2] != 3:
+            got = frame_bgr.shape if isinstance(frame_bgr, np.ndarray) else type(frame_bgr).__name__
+            raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
+        if frame_bgr.dtype != np.uint8:
+            raise InputError(f"frame | Received dtype {frame_bgr.dtype}. Note: expected an HxWx3 uint8 BGR image")
+        if frame_bgr.shape[0] == 0 or frame_bgr.shape[1] == 0:
+            raise InputError(f"frame | Received an empty image {frame_bgr.shape}")
+        sample = out[0] if out.shape == self.input_shape and self.input_shape[0] == 1 else out
+        if sample.shape != self.sample_shape or out.dtype != self.input_dtype:
+            raise InputError(
+                f"preprocess output | Received {out.dtype}{list(out.shape)}. "
+                f"Note: expected {self.input_dtype}{list(self.input_shape)}"
+            )
+
+        geom = self._geom
+        h, w = frame_bgr.shape[0], frame_bgr.shape[1]
+        if geom is None or geom.src != (h, w):
+            geom = self._geom = _Geometry(h, w, self.height, self.width, self._letterbox)
+            self._canvas.fill(self._pad)  # padding painted once per frame size
+        self._place(frame_bgr, geom)
+        self._convert(sample)
+        return geom.transform
+
+    def _place(self, frame: np.ndarray, geom: _Geometry) -> None:
+        cv2 = self._cv2
+        new_h, new_w = geom.new
+        if geom.full:
+            if frame.shape[0] == new_h and frame.shape[1] == new_w:
+                np.copyto(self._canvas, frame)
+            else:
+                cv2.resize(frame, (new_w, new_h), dst=self._canvas, interpolation=self._interp)
+            return
+        resized = geom.resized
+        if resized is None:  # pragma: no cover - _Geometry makes one whenever not full
+            raise RuntimeError("preprocess scratch buffer missing")
+        if frame.shape[0] == new_h and frame.shape[1] == new_w:
+            np.copyto(resized, frame)
+        else:
+            cv2.resize(frame, (new_w, new_h), dst=resized, interpolation=self._interp)
+        self._canvas[geom.region] = resized
+
+    def _convert(self, sample: np.ndarray) -> None:
+        if self.layout == "NHWC":
+            if self._identity:
+                np.copyto(sample, self._canvas_ordered, casting="unsafe")
+                return
+            np.multiply(self._canvas_ordered, self._alpha, out=sample, dtype=np.float32, casting="same_kind")
+            if self._has_beta:
+                np.add(sample, self._beta, out=sample, casting="same_kind")
+            return
+        for c, src in enumerate(self._channels):
+            dst = sample[c]
+            if self._identity:
+                np.copyto(dst, src, casting="unsafe")
+                continue
+            np.multiply(src, self._alpha_c[c], out=dst, dtype=np.float32, casting="same_kind")
+            if self._beta_c[c] != 0.0:
+                np.add(dst, self._beta_c[c], out=dst, casting="same_kind")
