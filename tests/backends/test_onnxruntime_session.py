@@ -95,7 +95,7 @@ def test_missing_and_broken_models_are_model_errors(tmp_path: Path) -> None:
 
 
 def test_unknown_backend_lists_valid_ones() -> None:
-    with pytest.raises(ConfigError, match="valid backends are auto, .*onnxruntime"):
+    with pytest.raises(ConfigError, match=r"valid backends are auto, .*onnxruntime"):
         get_backend("tensorflow")
 
 
@@ -109,12 +109,13 @@ def test_auto_picks_a_backend_that_can_run_here() -> None:
 
 
 def test_unavailable_backend_says_why() -> None:
-    name, probes = choose_backend()
+    _, probes = choose_backend()
     refused = [p for p in probes if not p.available]
     if not refused:
         pytest.skip("every backend is available on this machine")
-    with pytest.raises(BackendUnavailable, match=refused[0].reason[:20].replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(BackendUnavailable) as err:
         get_backend(refused[0].name)
+    assert refused[0].reason in str(err.value)
 
 
 def test_missing_model_through_cli_is_one_line(tmp_path: Path) -> None:
