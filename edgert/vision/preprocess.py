@@ -26,6 +26,8 @@ __all__ = ["LetterboxTransform", "Preprocessor", "letterbox_geometry", "model_im
 
 log = logging.getLogger(__name__)
 
+_FRAME_NOTE = "Note: expected an HxWx3 uint8 BGR image"
+
 
 @dataclass(frozen=True)
 class LetterboxTransform:
@@ -237,11 +239,11 @@ class Preprocessor:
         """Write the model input for one HxWx3 uint8 BGR frame into ``out``; return the transform."""
         if not isinstance(frame_bgr, np.ndarray) or frame_bgr.ndim != 3 or frame_bgr.shape[2] != 3:
             got = frame_bgr.shape if isinstance(frame_bgr, np.ndarray) else type(frame_bgr).__name__
-            raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
+            raise InputError(f"frame | Received {got}. {_FRAME_NOTE}")
         if frame_bgr.dtype != np.uint8:
-            raise InputError(f"frame | Received dtype {frame_bgr.dtype}. Note: expected an HxWx3 uint8 BGR image")
+            raise InputError(f"frame | Received dtype {frame_bgr.dtype}. {_FRAME_NOTE}")
         if frame_bgr.shape[0] == 0 or frame_bgr.shape[1] == 0:
-            raise InputError(f"frame | Received an empty image {frame_bgr.shape}")
+            raise InputError(f"frame | Received an empty image {frame_bgr.shape}. {_FRAME_NOTE}")
         sample = out[0] if out.shape == self.input_shape and self.input_shape[0] == 1 else out
         if sample.shape != self.sample_shape or out.dtype != self.input_dtype:
             raise InputError(

@@ -1,0 +1,439 @@
+"""Where detections go, chosen by URI: JSON Lines, a video file, a window, a web preview, RTSP.
+
+``open_sink(uri)`` returns a :class:`Sink` (not opened). The pipeline never calls a sink directly: each
+sink runs on its own thread behind a :class:`SinkWorker`, which hands it frames through a bounded queue
+of preallocated image buffers. When the sink is slower than the pipeline the queue is full, the frame is
+dropped for that sink and counted; the pipeline never waits for a sink.
+
+URIs: ``jsonl://events.jsonl``, ``jsonl://-`` (stdout), ``out.mp4`` / ``out.avi`` (annotated video),
+``display://0`` (an OpenCV window), ``http://127.0.0.1:8080`` (web preview: MJPEG stream + live stats;
+give another host such as 0.0.0.0 to serve beyond this machine), ``rtsp://server:8554/edgert`` (publish
+through GStreamer's rtspclientsink to an RTSP server such as mediamtx).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.errors import SinkError
+from edgert.pipeline.stats import PipelineStats
+from edgert.vision.detections import Detections
+
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "DisplaySink",
+    "FrameResult",
+    "JsonlSink",
+    "RtspSink",
+    "Sink",
+    "SinkWorker",
+    "StreamInfo",
+    "VideoFileSink",
+    "open_sink",
+    "rtsp_out_pipeline",
+]
+
+log = logging.getLogger(__name__)
+
+#: Containers and the FourCC that OpenCV's pip wheel (FFmpeg inside) can write for each.
+VIDEO_SUFFIXES: dict[str, str] = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What a sink learns at open: the frame size and rate of the source, and the class names."""
+
+    width: int
+    height: int
+    fps: float | None = None
+    names: tuple[str, ...] = ()
+    title: str = "edgert"
+    stats: PipelineStats | None = field(default=None, compare=False)
+
+
+@dataclass
+class FrameResult:
+    """One processed frame as sinks see it. ``image`` is annotated when a sink needs pixels."""
+
+    index: int
+    timestamp: float  # wall-clock seconds (time.time()) when the frame was captured
+    detections: Detections
+    image: np.ndarray | None = None
+    file: str | None = None  # the image file, for folder sources
+
+
+class Sink(abc.ABC):
+    """One output. ``open`` raises :class:`SinkError` (one line) when it cannot work at all."""
+
+    #: Whether ``write`` uses ``result.image`` (the pipeline draws the boxes once for all such sinks).
+    needs_image: bool = False
+    #: Frames that may wait for this sink before new ones are dropped.
+    queue_size: int = 1
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    @abc.abstractmethod
+    def open(self, info: StreamInfo) -> None: ...
+
+    @abc.abstractmethod
+    def write(self, result: FrameResult) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON Lines
+
+
+class JsonlSink(Sink):
+    """One JSON object per frame: ``{"frame", "timestamp", "detections": [...]}``.
+
+    Each line goes out in one ``write`` call and is flushed at once, so a process killed at any moment
+    leaves only whole lines; the file is fsynced at close.
+    """
+
+    queue_size = 1024  # events are small and cheap: only a badly stuck disk makes this sink drop
+
+    def __init__(self, uri: str, path: str) -> None:
+        super().__init__(uri)
+        self.path = path
+        self._fd: int | None = None
+        self._stdout = path == "-"
+        self.lines = 0
+
+    def open(self, info: StreamInfo) -> None:
+        if self._stdout:
+            return
+        target = Path(self.path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            raise SinkError(f"{self.path}: cannot write events here: {exc.strerror}") from None
+
+    def write(self, result: FrameResult) -> None:
+        event: dict[str, Any] = {"frame": result.index, "timestamp": round(result.timestamp, 6)}
+        if result.file is not None:
+            event["file"] = result.file
+        event["detections"] = result.detections.to_records()
+        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        if self._stdout:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        elif self._fd is not None:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        self.lines += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError:  # a pipe or a special file cannot be synced: nothing to do
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Video file
+
+
+def _check_writable(path: Path) -> None:
+    """Fail at open, in one line, when ``path`` cannot be created (OpenCV would only return False)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "ab"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise SinkError(f"{path}: cannot write the video here: {exc.strerror or exc}") from None
+
+
+class VideoFileSink(Sink):
+    """Annotated frames into a video file (MPEG-4 Part 2 for .mp4/.mkv/.mov, Motion-JPEG for .avi)."""
+
+    needs_image = True
+    queue_size = 8  # encoding takes a few ms; a short queue rides out the odd slow frame
+
+    def __init__(self, uri: str, path: Path, fourcc: str | None = None) -> None:
+        super().__init__(uri)
+        self.path = path
+        self.fourcc = fourcc or VIDEO_SUFFIXES.get(path.suffix.lower(), "mp4v")
+        self._writer: Any = None
+        self._size = (0, 0)
+        self._resized: np.ndarray | None = None
+        self.frames = 0
+
+    def open(self, info: StreamInfo) -> None:
+        cv2 = lazy_import("cv2", "writing video files")
+        _check_writable(self.path)
+        if info.width <= 0 or info.height <= 0:
+            raise SinkError(f"{self.path}: the source reported no frame size")
+        fps = info.fps if info.fps and info.fps > 0 else 10.0
+        self._size = (info.width, info.height)
+        writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*self.fourcc), fps, self._size)
+        if not writer.isOpened():
+            writer.release()
+            raise SinkError(f"{self.path}: OpenCV cannot write {self.fourcc} video here. Note: use .mp4 or .avi")
+        self._writer = writer
+
+    def write(self, result: FrameResult) -> None:
+        if self._writer is None or result.image is None:
+            return
+        image = result.image
+        if (image.shape[1], image.shape[0]) != self._size:  # folders of mixed sizes: fit the first size
+            cv2 = lazy_import("cv2")
+            if self._resized is None:
+                self._resized = np.empty((self._size[1], self._size[0], 3), np.uint8)
+            image = cv2.resize(image, self._size, dst=self._resized)
+        self._writer.write(image)
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+            log.info("wrote %d frames to %s", self.frames, self.path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Display window
+
+
+class DisplaySink(Sink):
+    """An OpenCV window (needs an OpenCV with a GUI and a display; the pip 'headless' wheel has none)."""
+
+    needs_image = True
+
+    def __init__(self, uri: str, title: str = "edgert") -> None:
+        super().__init__(uri)
+        self.title = title
+        self._open = False
+
+    def open(self, info: StreamInfo) -> None:
+        cv2 = lazy_import("cv2", "the display window")
+        if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            raise SinkError(f"{self.uri}: no display here (DISPLAY is not set). Note: use http://127.0.0.1:8080")
+        try:
+            cv2.namedWindow(self.title, cv2.WINDOW_NORMAL)
+        except cv2.error:
+            raise SinkError(
+                f"{self.uri}: this OpenCV has no GUI support (headless build). "
+                "Note: use the web preview http://127.0.0.1:8080 or install opencv-python"
+            ) from None
+        self._open = True
+
+    def write(self, result: FrameResult) -> None:
+        if self._open and result.image is not None:
+            cv2 = lazy_import("cv2")
+            cv2.imshow(self.title, result.image)
+            cv2.waitKey(1)
+
+    def close(self) -> None:
+        if self._open:
+            cv2 = lazy_import("cv2")
+            cv2.destroyWindow(self.title)
+            self._open = False
+
+
+# --------------------------------------------------------------------------------------------------
+# RTSP out
+
+
+def rtsp_out_pipeline(uri: str, fps: float, jetson: bool = False, bitrate_kbps: int = 4000) -> str:
+    """appsrc -> H.264 -> rtspclientsink (publishes to an RTSP server at ``uri``)."""
+    if jetson:
+        encode = (
+            "videoconvert ! video/x-raw, format=(string)BGRx ! nvvidconv ! "
+            "video/x-raw(memory:NVMM), format=(string)NV12 ! "
+            f"nvv4l2h264enc insert-sps-pps=true bitrate={bitrate_kbps * 1000} ! h264parse"
+        )
+    else:
+        encode = (
+            "videoconvert ! video/x-raw, format=(string)I420 ! "
+            f"x264enc tune=zerolatency speed-preset=ultrafast bitrate={bitrate_kbps} "
+            f"key-int-max={max(1, round(fps))} ! "
+            "h264parse"
+        )
+    return f"appsrc is-live=true ! video/x-raw, format=(string)BGR ! {encode} ! rtspclientsink location={uri}"
+
+
+class RtspSink(Sink):
+    """Annotated frames published over RTSP through GStreamer (JetPack's OpenCV has it)."""
+
+    needs_image = True
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self._writer: Any = None
+        self._size = (0, 0)
+
+    def open(self, info: StreamInfo) -> None:
+        from edgert.vision.sources import gstreamer_available
+
+        cv2 = lazy_import("cv2", "RTSP output")
+        if not gstreamer_available():
+            raise SinkError(
+                f"{self.uri}: RTSP output needs OpenCV built with GStreamer (this one is not). "
+                "Note: use the web preview http://127.0.0.1:8080, or JetPack's python3-opencv"
+            )
+        from edgert.platform import jetson_info
+
+        fps = info.fps or 30.0
+        pipeline = rtsp_out_pipeline(self.uri, fps, jetson=bool(jetson_info().get("is_jetson")))
+        self._size = (info.width, info.height)
+        writer = cv2.VideoWriter(pipeline, cv2.CAP_GSTREAMER, 0, fps, self._size, True)
+        if not writer.isOpened():
+            writer.release()
+            raise SinkError(f"{self.uri}: GStreamer could not start the RTSP publisher (is an RTSP server there?)")
+        self._writer = writer
+
+    def write(self, result: FrameResult) -> None:
+        if self._writer is not None and result.image is not None:
+            image = result.image
+            if (image.shape[1], image.shape[0]) != self._size:
+                image = lazy_import("cv2").resize(image, self._size)
+            self._writer.write(image)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a sink without blocking the pipeline
+
+
+class SinkWorker:
+    """Runs one sink on its own thread, fed through a bounded queue; full queue -> drop and count.
+
+    Images are copied into a fixed set of ``queue_size + 1`` buffers made at the first frame, so the
+    pipeline may reuse its own frame buffer as soon as ``offer`` returns.
+    """
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.dropped = 0
+        self.written = 0
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[FrameResult | None] = queue.Queue(maxsize=sink.queue_size)
+        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+        self._buffers_made = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"edgert-sink:{self.sink.uri}", daemon=True)
+        self._thread.start()
+
+    def offer(self, result: FrameResult) -> bool:
+        """Hand over one frame; False (and counted) when the sink is behind or has failed."""
+        if self.error is not None:
+            self.dropped += 1
+            return False
+        image = result.image
+        if self.sink.needs_image and image is not None:
+            if not self._buffers_made:
+                for _ in range(self.sink.queue_size + 1):
+                    self._free.put(np.empty_like(image))
+                self._buffers_made = True
+            try:
+                buf = self._free.get_nowait()
+            except queue.Empty:
+                self.dropped += 1
+                return False
+            if buf.shape != image.shape:
+                buf = np.empty_like(image)
+            np.copyto(buf, image)
+            result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file)
+        else:
+            result = FrameResult(result.index, result.timestamp, result.detections, None, result.file)
+        try:
+            self._queue.put_nowait(result)
+        except queue.Full:
+            self.dropped += 1
+            if result.image is not None:
+                self._free.put(result.image)
+            return False
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            result = self._queue.get()
+            if result is None:
+                return
+            try:
+                if self.error is None:
+                    self.sink.write(result)
+                    self.written += 1
+            except Exception as exc:  # a sink failing mid-run stops that sink, not the pipeline
+                self.error = exc
+                log.error("sink %s failed and stops: %s", self.sink.uri, exc)
+            finally:
+                if result.image is not None:
+                    self._free.put(result.image)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let the sink finish what is queued, then close it."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("sink %s did not finish within %.0f s", self.sink.uri, timeout)
+            self._thread = None
+        self.sink.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Choosing a sink from a URI
+
+
+def open_sink(uri: str, title: str = "edgert") -> Sink:
+    """The sink for ``uri``, not yet opened."""
+    text = uri.strip()
+    if text.startswith("jsonl://"):
+        path = text[len("jsonl://"):]
+        if not path:
+            raise SinkError(f"{uri}: expected jsonl://PATH or jsonl://- for stdout")
+        return JsonlSink(text, path)
+    if text.startswith("display://"):
+        return DisplaySink(text, title)
+    if text.startswith(("http://", "https://")):
+        from edgert.vision.web.server import WebPreviewSink
+
+        return WebPreviewSink.from_uri(text, title)
+    if text.startswith("rtsp://"):
+        return RtspSink(text)
+    path_text = text[len("file://"):] if text.startswith("file://") else text
+    video = Path(path_text).expanduser()
+    if video.suffix.lower() in VIDEO_SUFFIXES:
+        return VideoFileSink(text, video)
+    valid = "jsonl://PATH, jsonl://-, out.mp4 (or .avi/.mkv/.mov), display://0, http://127.0.0.1:8080, rtsp://..."
+    raise SinkError(f"{uri}: unknown sink. Note: valid sinks are {valid}")

@@ -1,0 +1,548 @@
+"""Frame sources chosen by URI: video files, images, folders, USB and CSI cameras, RTSP, GStreamer.
+
+``open_source("video.mp4")`` and friends return a :class:`FrameSource`: a context manager whose
+``read(out)`` returns the next BGR frame (written into ``out`` when its shape fits, so the pipeline's
+frame buffers are reused) or None at the end. Every source reports ``width``, ``height`` and nominal
+``fps`` once open.
+
+Two kinds behave differently, on purpose:
+
+- files (video, image, folder, glob) deliver every frame; a frame that cannot be decoded is skipped and
+  counted (``skipped``); the end of the file ends the run.
+- live sources (cameras, RTSP, GStreamer) run a grabber thread that keeps only the newest frame: a frame
+  the pipeline did not take in time is dropped and counted (``dropped``), so a slow consumer always
+  sees the present, never a backlog. When the camera or stream fails, the grabber reconnects with
+  exponential backoff and logs each attempt; the pipeline just waits for the next frame.
+
+URIs: ``path/to/video.mp4``, ``image.jpg``, ``folder/``, ``'images/*.jpg'``, ``/dev/video0``,
+``v4l2:///dev/video0``, ``0`` (= /dev/video0), ``csi://0``, ``rtsp://host/stream``,
+``http(s)://...`` (FFmpeg), ``gst://<pipeline ending in appsink>``.
+"""
+
+from __future__ import annotations
+
+import abc
+import glob
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.config import SourceConfig
+from edgert.errors import SourceError
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "FrameSource",
+    "ImageFilesSource",
+    "LiveSource",
+    "VideoFileSource",
+    "csi_pipeline",
+    "gstreamer_available",
+    "open_source",
+    "rtsp_pipeline",
+]
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm"})
+
+#: rtspsrc jitter buffer: small, so a late packet is dropped rather than delaying every frame after it.
+RTSP_LATENCY_MS = 200
+
+#: Consecutive undecodable frames after which a video file is considered finished.
+MAX_CONSECUTIVE_BAD_FRAMES = 25
+
+
+def _cv2() -> Any:
+    return lazy_import("cv2", "video and camera sources")
+
+
+def gstreamer_available() -> bool:
+    """Whether this OpenCV can run GStreamer pipelines (JetPack's can, the pip wheels cannot)."""
+    try:
+        info = _cv2().getBuildInformation()
+    except Exception:  # BackendUnavailable, or an odd build: either way no GStreamer
+        return False
+    match = re.search(r"GStreamer:\s*(\S+)", info)
+    return bool(match and match.group(1).upper().startswith("YES"))
+
+
+# --------------------------------------------------------------------------------------------------
+# GStreamer pipeline strings (pure functions: tested without GStreamer)
+
+
+def _framerate(fps: float) -> str:
+    frac = Fraction(fps).limit_denominator(1001)
+    return f"{frac.numerator}/{frac.denominator}"
+
+
+def csi_pipeline(sensor_id: int, width: int = 1280, height: int = 720, fps: float = 30.0,
+                 sensor_mode: int | None = None, flip: int = 0) -> str:
+    """nvarguscamerasrc (Jetson ISP) -> NVMM NV12 -> nvvidconv (flip, to BGRx) -> BGR appsink."""
+    mode = f" sensor-mode={sensor_mode}" if sensor_mode is not None else ""
+    return (
+        f"nvarguscamerasrc sensor-id={sensor_id}{mode} ! "
+        f"video/x-raw(memory:NVMM), width=(int){width}, height=(int){height}, "
+        f"framerate=(fraction){_framerate(fps)}, format=(string)NV12 ! "
+        f"nvvidconv flip-method={flip} ! "
+        f"video/x-raw, width=(int){width}, height=(int){height}, format=(string)BGRx ! "
+        "videoconvert ! video/x-raw, format=(string)BGR ! "
+        "appsink drop=true max-buffers=1 sync=false"
+    )
+
+
+def rtsp_pipeline(uri: str, latency_ms: int = RTSP_LATENCY_MS, jetson: bool = False, codec: str = "h264") -> str:
+    """rtspsrc with a small jitter buffer that drops late packets, decoded to BGR for appsink.
+
+    On a Jetson the hardware decoder (nvv4l2decoder) writes NVMM memory, which nvvidconv brings back to
+    system memory; elsewhere decodebin picks whatever decoder is installed.
+    """
+    head = f"rtspsrc location={uri} latency={latency_ms} drop-on-latency=true ! "
+    if jetson:
+        depay = {"h264": "rtph264depay ! h264parse", "h265": "rtph265depay ! h265parse"}[codec]
+        body = f"{depay} ! nvv4l2decoder ! nvvidconv ! video/x-raw, format=(string)BGRx ! "
+    else:
+        body = "decodebin ! "
+    return head + body + "videoconvert ! video/x-raw, format=(string)BGR ! appsink drop=true max-buffers=1 sync=false"
+
+
+# --------------------------------------------------------------------------------------------------
+# The interface
+
+
+class FrameSource(abc.ABC):
+    """A source of BGR frames. Use as a context manager; ``read()`` returns None at the end."""
+
+    live: bool = False
+    kind: str = "?"
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.width = 0
+        self.height = 0
+        self.fps: float | None = None  # nominal frames per second; None when the source has none
+        self.dropped = 0  # live sources: stale frames replaced before the pipeline took them
+        self.skipped = 0  # frames that could not be decoded
+        self.reconnects = 0
+        self._opened = False
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Open the source; raise :class:`SourceError` (one line) when it cannot be."""
+
+    @abc.abstractmethod
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        """The next frame (in ``out`` when its shape fits), or None when the source has ended."""
+
+    def stop(self) -> None:  # noqa: B027 - optional hook
+        """Make a blocked ``read()`` return None soon (called from another thread)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def info(self) -> dict[str, Any]:
+        return {"uri": self.uri, "kind": self.kind, "live": self.live, "width": self.width,
+                "height": self.height, "fps": self.fps}
+
+    def __enter__(self) -> FrameSource:
+        if not self._opened:
+            self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _into(out: np.ndarray | None, frame: np.ndarray) -> np.ndarray:
+    """``frame`` copied into ``out`` when the shapes agree, else ``frame`` itself."""
+    if out is not None and out.shape == frame.shape and out.dtype == frame.dtype:
+        np.copyto(out, frame)
+        return out
+    return frame
+
+
+# --------------------------------------------------------------------------------------------------
+# Files
+
+
+class VideoFileSource(FrameSource):
+    """A video file: every frame in order; undecodable frames are counted skips; ``loop`` restarts it."""
+
+    kind = "video"
+
+    def __init__(self, uri: str, path: Path, loop: bool = False) -> None:
+        super().__init__(uri)
+        self.path = path
+        self.loop = loop
+        self._cap: Any = None
+        self._first: np.ndarray | None = None
+        self._frame_count = 0
+
+    def open(self) -> None:
+        cv2 = _cv2()
+        if not self.path.exists():
+            raise SourceError(f"{self.path}: video file not found")
+        if not os.access(self.path, os.R_OK):
+            raise SourceError(f"{self.path}: video file is not readable (permissions)")
+        cap = cv2.VideoCapture(str(self.path))
+        if not cap.isOpened():
+            cap.release()
+            raise SourceError(f"{self.path}: cannot open as a video (unreadable or unsupported format)")
+        ok, frame = cap.read()
+        if not ok or frame is None:
+            cap.release()
+            raise SourceError(f"{self.path}: no frame could be decoded (damaged or unsupported video)")
+        self._cap = cap
+        self._first = frame
+        self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
+        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if fps > 0 else None
+        self._frame_count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self._opened = True
+        log.info("opened video %s: %dx%d at %s fps, %d frames", self.path, self.width, self.height,
+                 self.fps, self._frame_count)
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        if self._cap is None:
+            return None
+        if self._first is not None:
+            first, self._first = self._first, None
+            return _into(out, first)
+        cv2 = _cv2()
+        bad = 0
+        while True:
+            ok, frame = self._cap.read(out) if out is not None else self._cap.read()
+            if ok and frame is not None:
+                # Failed reads followed by a good one were damaged frames inside the file: counted skips.
+                self.skipped += bad
+                return frame  # type: ignore[no-any-return]
+            position = int(self._cap.get(cv2.CAP_PROP_POS_FRAMES) or 0)
+            if self._frame_count and position < self._frame_count - 1 and bad < MAX_CONSECUTIVE_BAD_FRAMES:
+                bad += 1
+                log.warning("%s: frame %d cannot be decoded, skipped", self.path, position)
+                continue
+            if self.loop and position > 0:
+                self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                log.info("%s: end of video, looping", self.path)
+                continue
+            return None
+
+    def close(self) -> None:
+        if self._cap is not None:
+            self._cap.release()
+            self._cap = None
+        self._opened = False
+
+
+class ImageFilesSource(FrameSource):
+    """Still images (one file, a folder, or a glob), in name order; unreadable images are counted skips."""
+
+    kind = "images"
+
+    def __init__(self, uri: str, paths: list[Path], loop: bool = False) -> None:
+        super().__init__(uri)
+        self.paths = paths
+        self.loop = loop
+        self._next = 0
+        self.current: Path | None = None  # the file the last frame came from
+
+    def open(self) -> None:
+        _cv2()
+        if not self.paths:
+            raise SourceError(f"{self.uri}: no images found (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+        self._opened = True
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        cv2 = _cv2()
+        while True:
+            if self._next >= len(self.paths):
+                if not self.loop or self.skipped >= len(self.paths):
+                    return None
+                self._next = 0
+            path = self.paths[self._next]
+            self._next += 1
+            frame = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            if frame is None:
+                self.skipped += 1
+                log.warning("%s: cannot decode image, skipped", path)
+                continue
+            self.current = path
+            if not self.width:
+                self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
+            return _into(out, frame)
+
+    def close(self) -> None:
+        self._opened = False
+
+
+# --------------------------------------------------------------------------------------------------
+# Live sources
+
+
+class LiveSource(FrameSource):
+    """A camera or stream read by a grabber thread that keeps only the newest frame.
+
+    ``opener`` returns an object with OpenCV's ``VideoCapture`` methods (``isOpened``, ``read``,
+    ``get``, ``release``). It is called again to reconnect after a failure, waiting ``backoff`` seconds,
+    doubled after each failed attempt up to ``max_backoff``.
+    """
+
+    live = True
+    kind = "live"
+
+    def __init__(self, uri: str, opener: Callable[[], Any], backoff: float = 0.5, max_backoff: float = 10.0,
+                 first_frame_timeout: float = 15.0, kind: str = "live") -> None:
+        super().__init__(uri)
+        self.kind = kind
+        self._opener = opener
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._first_timeout = first_frame_timeout
+        self._cap: Any = None
+        self._cond = threading.Condition()
+        self._latest: np.ndarray | None = None
+        self._spare: np.ndarray | None = None  # the grabber's buffer for the next frame
+        self._fresh = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.frames_grabbed = 0
+
+    def _connect(self) -> Any:
+        try:
+            cap = self._opener()
+        except Exception as exc:  # OpenCV raises cv2.error, a plain Exception subclass
+            raise SourceError(f"{self.uri}: cannot open: {str(exc).strip().splitlines()[-1]}") from exc
+        if cap is None or not cap.isOpened():
+            if cap is not None:
+                cap.release()
+            raise SourceError(f"{self.uri}: cannot open (device busy or absent, or stream unreachable)")
+        return cap
+
+    def open(self) -> None:
+        cv2 = _cv2()
+        self._cap = self._connect()
+        ok, frame = self._cap.read()
+        deadline = time.monotonic() + self._first_timeout
+        while (not ok or frame is None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ok, frame = self._cap.read()
+        if not ok or frame is None:
+            self._cap.release()
+            self._cap = None
+            raise SourceError(f"{self.uri}: opened but delivered no frame within {self._first_timeout:g} s")
+        self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
+        fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if 0 < fps < 1000 else None
+        self._latest = frame
+        self._spare = np.empty_like(frame)
+        self._fresh = True
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._grab_loop, name=f"edgert-grab:{self.uri}", daemon=True)
+        self._thread.start()
+        self._opened = True
+        log.info("opened %s: %dx%d at %s fps", self.uri, self.width, self.height, self.fps)
+
+    def _grab_loop(self) -> None:
+        attempt = 0
+        while not self._stopping.is_set():
+            if self._cap is None:
+                delay = min(self._max_backoff, self._backoff * (2 ** attempt))
+                attempt += 1
+                log.warning("%s: reconnecting in %.1f s (attempt %d)", self.uri, delay, attempt)
+                if self._stopping.wait(delay):
+                    break
+                try:
+                    self._cap = self._connect()
+                except SourceError as exc:
+                    log.warning("%s", exc)
+                    continue
+                self.reconnects += 1
+                log.warning("%s: reconnected", self.uri)
+                attempt = 0
+            try:
+                ok, frame = self._cap.read(self._spare)
+            except Exception as exc:  # a driver error mid-stream: treat like a lost stream
+                log.warning("%s: read failed: %s", self.uri, str(exc).strip().splitlines()[-1])
+                ok, frame = False, None
+            if not ok or frame is None:
+                log.warning("%s: stream stopped delivering frames", self.uri)
+                self._cap.release()
+                self._cap = None
+                continue
+            with self._cond:
+                if self._fresh:
+                    self.dropped += 1  # the pipeline never took the previous frame: it is stale now
+                # Swap buffers: the grabber writes the next frame into the one just released.
+                self._spare = self._latest if self._latest is not None and self._latest.shape == frame.shape else None
+                self._latest = frame
+                self._fresh = True
+                self.frames_grabbed += 1
+                self._cond.notify_all()
+        if self._cap is not None:
+            self._cap.release()
+            self._cap = None
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        with self._cond:
+            while not self._fresh:
+                if self._stopping.is_set() or self._thread is None:
+                    return None
+                self._cond.wait(0.1)
+            if self._stopping.is_set():
+                return None
+            frame = self._latest
+            self._fresh = False
+            if frame is None:
+                return None
+            # Copy under the lock: the grabber may reuse this buffer as soon as we let go.
+            if out is not None and out.shape == frame.shape and out.dtype == frame.dtype:
+                np.copyto(out, frame)
+                return out
+            return frame.copy()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+        if self._cap is not None:
+            self._cap.release()
+            self._cap = None
+        self._opened = False
+
+
+# --------------------------------------------------------------------------------------------------
+# Choosing a source from a URI
+
+
+def _image_paths(pattern: str) -> list[Path]:
+    return sorted(Path(p) for p in glob.glob(pattern) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _v4l2_opener(device: str, config: SourceConfig) -> Callable[[], Any]:
+    def opener() -> Any:
+        cv2 = _cv2()
+        cap = cv2.VideoCapture(device, cv2.CAP_V4L2)
+        if cap.isOpened():
+            # FOURCC first: many UVC cameras offer large sizes only as MJPG.
+            if config.fourcc:
+                cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*config.fourcc))
+            if config.width:
+                cap.set(cv2.CAP_PROP_FRAME_WIDTH, config.width)
+            if config.height:
+                cap.set(cv2.CAP_PROP_FRAME_HEIGHT, config.height)
+            if config.fps:
+                cap.set(cv2.CAP_PROP_FPS, config.fps)
+            cap.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # the driver's queue adds latency; we keep the newest anyway
+        return cap
+
+    return opener
+
+
+def _gst_opener(pipeline: str) -> Callable[[], Any]:
+    def opener() -> Any:
+        cv2 = _cv2()
+        return cv2.VideoCapture(pipeline, cv2.CAP_GSTREAMER)
+
+    return opener
+
+
+def _ffmpeg_opener(uri: str) -> Callable[[], Any]:
+    def opener() -> Any:
+        cv2 = _cv2()
+        # RTSP over TCP: UDP loses packets on busy networks and FFmpeg then hands out smeared frames.
+        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "rtsp_transport;tcp")
+        params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, 10000, cv2.CAP_PROP_READ_TIMEOUT_MSEC, 10000]
+        return cv2.VideoCapture(uri, cv2.CAP_FFMPEG, params)
+
+    return opener
+
+
+def _need_gstreamer(uri: str) -> None:
+    if not gstreamer_available():
+        raise SourceError(
+            f"{uri}: needs OpenCV built with GStreamer (this one is not). "
+            "Note: on a Jetson use JetPack's python3-opencv in a venv made with --system-site-packages"
+        )
+
+
+def open_source(source: SourceConfig | str) -> FrameSource:
+    """The source for a URI (or a :class:`SourceConfig`), not yet opened: use it in a ``with`` block."""
+    config = SourceConfig(uri=source) if isinstance(source, str) else source
+    uri = config.uri.strip()
+    if not uri:
+        raise SourceError("no source given. Note: pass --source URI (a video, image, folder, /dev/videoN, csi://N, "
+                          "rtsp://...)")
+    width, height, fps = config.width or 1280, config.height or 720, config.fps or 30.0
+
+    if uri.startswith("csi://"):
+        sensor = uri[len("csi://"):] or "0"
+        if not sensor.isdigit():
+            raise SourceError(f"{uri}: expected csi://N with N the sensor id")
+        _need_gstreamer(uri)
+        pipeline = csi_pipeline(int(sensor), width, height, fps, config.sensor_mode, config.flip)
+        return LiveSource(uri, _gst_opener(pipeline), kind="csi")
+    if uri.startswith("gst://"):
+        pipeline = uri[len("gst://"):].strip()
+        last = pipeline.rsplit("!", 1)[-1].strip()
+        if not last.startswith("appsink"):
+            raise SourceError(f"{uri}: a gst:// pipeline must end in appsink (e.g. '... ! videoconvert ! appsink')")
+        _need_gstreamer(uri)
+        return LiveSource(uri, _gst_opener(pipeline), kind="gstreamer")
+    if uri.startswith(("rtsp://", "rtsps://")):
+        if gstreamer_available():
+            from edgert.platform import jetson_info
+
+            codec = "h265" if (config.fourcc or "").upper() in ("H265", "HEVC") else "h264"
+            jetson = bool(jetson_info().get("is_jetson"))
+            return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp")
+        return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp")
+    if uri.startswith(("http://", "https://")):
+        return LiveSource(uri, _ffmpeg_opener(uri), kind="stream")
+    if uri.startswith("v4l2://"):
+        device = uri[len("v4l2://"):]
+        return _camera(uri, device, config)
+    if uri.isdigit():
+        return _camera(uri, f"/dev/video{uri}", config)
+    if re.fullmatch(r"/dev/video\d+", uri):
+        return _camera(uri, uri, config)
+
+    path_text = uri[len("file://"):] if uri.startswith("file://") else uri
+    if any(ch in path_text for ch in "*?["):
+        paths = _image_paths(path_text)
+        if not paths:
+            raise SourceError(f"{uri}: no image files match this pattern")
+        return ImageFilesSource(uri, paths, config.loop)
+    path = Path(path_text).expanduser()
+    if path.is_dir():
+        paths = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not paths:
+            raise SourceError(f"{path}: folder has no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        return ImageFilesSource(uri, paths, config.loop)
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        if not path.exists():
+            raise SourceError(f"{path}: image file not found")
+        return ImageFilesSource(uri, [path], config.loop)
+    return VideoFileSource(uri, path, config.loop)
+
+
+def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:
+    if not Path(device).exists():
+        raise SourceError(f"{device}: no such camera device. Note: `edgert info` lists the cameras it sees")
+    return LiveSource(uri, _v4l2_opener(device, config), kind="v4l2")
