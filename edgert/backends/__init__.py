@@ -27,6 +27,9 @@ __all__ = [
 # name -> "module:Class". Each module imports its framework lazily.
 _REGISTRY: dict[str, str] = {
     "onnxruntime": "edgert.backends.onnxruntime:OnnxRuntimeBackend",
+    "onnxruntime-cuda": "edgert.backends.onnxruntime_cuda:OnnxRuntimeCudaBackend",
+    "tensorrt": "edgert.backends.tensorrt:TensorRTBackend",
+    "tensorrt-rtx": "edgert.backends.tensorrt:TensorRTRTXBackend",
 }
 
 #: The order ``auto`` tries: the fastest runtime that can run here wins.

@@ -1,0 +1,265 @@
+"""CUDA memory, streams and events for every GPU backend: the only module that imports pycuda.
+
+One CUDA context per device: the device's *primary* context, retained once and pushed on whichever
+thread is about to touch CUDA, popped afterwards. TensorRT and ONNX Runtime (through the CUDA runtime
+API) use that same primary context, so device pointers from here are valid in both, and a pipeline
+thread never finds another thread's context on its stack ("invalid resource handle", "context stack
+not empty" at exit).
+
+Usage::
+
+    dev = CudaDevice.get(0)
+    with dev.active():                      # push on this thread ... pop
+        host = dev.pinned_empty((1, 3, 640, 640), np.float32)
+        buf = dev.alloc(host.nbytes)
+        stream = dev.stream()
+        buf.copy_from_host_async(host, stream)
+        stream.synchronize()
+
+Everything allocated here is freed by ``close()`` (or garbage collection) with the context pushed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.errors import BackendError, BackendUnavailable
+
+__all__ = ["CudaDevice", "DeviceBuffer", "Event", "Stream", "device_identity", "pycuda_driver"]
+
+log = logging.getLogger(__name__)
+
+
+def pycuda_driver() -> Any:
+    """``pycuda.driver``, initialised once; BackendUnavailable when pycuda or the driver is missing."""
+    drv = lazy_import("pycuda.driver", "CUDA buffers for GPU backends")
+    try:
+        drv.init()
+    except Exception as exc:  # pycuda.driver.RuntimeError / LogicError: no driver, no device
+        raise BackendUnavailable(f"CUDA cannot start: {exc}") from exc
+    return drv
+
+
+def device_identity(ordinal: int = 0) -> tuple[str, str, str]:
+    """(name, compute capability "8.7", CUDA driver version "12.6") of a device, without a context."""
+    drv = pycuda_driver()
+    dev = drv.Device(ordinal)
+    major, minor = dev.compute_capability()
+    v = int(drv.get_driver_version())
+    return str(dev.name()), f"{major}.{minor}", f"{v // 1000}.{(v % 1000) // 10}"
+
+
+class Stream:
+    """A CUDA stream; ``handle`` is the ``cudaStream_t`` value TensorRT and ONNX Runtime take."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    @property
+    def handle(self) -> int:
+        return int(self.raw.handle)
+
+    def synchronize(self) -> None:
+        self.raw.synchronize()
+
+
+class Event:
+    """A CUDA event for timing work on a stream (``elapsed_ms`` between two recorded events)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def record(self, stream: Stream) -> None:
+        self.raw.record(stream.raw)
+
+    def synchronize(self) -> None:
+        self.raw.synchronize()
+
+    def elapsed_ms(self, start: Event) -> float:
+        """Milliseconds from ``start`` to this event; both must have completed."""
+        return float(start.raw.time_till(self.raw))
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory; ``ptr`` is the address to bind (TensorRT, IOBinding)."""
+
+    def __init__(self, raw: Any, nbytes: int) -> None:
+        self.raw = raw
+        self.nbytes = nbytes
+
+    @property
+    def ptr(self) -> int:
+        return int(self.raw)
+
+    def copy_from_host_async(self, host: np.ndarray, stream: Stream) -> None:
+        _driver().memcpy_htod_async(self.raw, host, stream.raw)
+
+    def copy_to_host_async(self, host: np.ndarray, stream: Stream) -> None:
+        _driver().memcpy_dtoh_async(host, self.raw, stream.raw)
+
+    def free(self) -> None:
+        if self.raw is not None:
+            self.raw.free()
+            self.raw = None
+
+
+def _driver() -> Any:
+    import pycuda.driver  # already imported (and initialised) by pycuda_driver() before any buffer exists
+
+    return pycuda.driver
+
+
+class CudaDevice:
+    """One GPU's primary context, shared by every session and thread of this process."""
+
+    _devices: ClassVar[dict[int, CudaDevice]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, ordinal: int) -> None:
+        drv = pycuda_driver()
+        try:
+            self.device = drv.Device(ordinal)
+            self.context = self.device.retain_primary_context()
+        except Exception as exc:
+            raise BackendUnavailable(f"CUDA device {ordinal} cannot be used: {exc}") from exc
+        self.ordinal = ordinal
+        self.name = str(self.device.name())
+        self.compute_capability = "{}.{}".format(*self.device.compute_capability())
+        self._depth = threading.local()
+
+    @classmethod
+    def get(cls, ordinal: int = 0) -> CudaDevice:
+        """The process-wide handle of device ``ordinal`` (its primary context is retained once)."""
+        with cls._lock:
+            dev = cls._devices.get(ordinal)
+            if dev is None:
+                dev = cls._devices[ordinal] = cls(ordinal)
+            return dev
+
+    # -- context -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def active(self) -> Iterator[CudaDevice]:
+        """Make the primary context current on this thread for the block (re-entrant)."""
+        depth = getattr(self._depth, "n", 0)
+        if depth == 0:
+            self.context.push()
+        self._depth.n = depth + 1
+        try:
+            yield self
+        finally:
+            self._depth.n -= 1
+            if self._depth.n == 0:
+                _driver().Context.pop()
+
+    # -- allocation (call inside active()) ---------------------------------------------------------
+    def pinned_empty(self, shape: tuple[int, ...], dtype: Any, mapped: bool = False) -> np.ndarray:
+        """A page-locked host array: async copies from it overlap compute. ``mapped``: the GPU can read it
+        directly (zero-copy, useful on Jetson where host and device share DRAM)."""
+        drv = _driver()
+        try:
+            if mapped:
+                flags = drv.host_alloc_flags.DEVICEMAP
+                arr: np.ndarray = drv.pagelocked_empty(shape, dtype, mem_flags=flags)
+            else:
+                arr = drv.pagelocked_empty(shape, dtype)
+        except Exception as exc:
+            raise BackendError(f"cannot allocate {np.prod(shape) * np.dtype(dtype).itemsize} bytes of "
+                               f"page-locked host memory: {exc}") from exc
+        return arr
+
+    @staticmethod
+    def device_pointer_of_mapped(host: np.ndarray) -> int:
+        """The device address of a ``mapped`` pinned array (its ``base`` is pycuda's HostAllocation)."""
+        base = host.base
+        if base is None or not hasattr(base, "get_device_pointer"):
+            raise BackendError("array is not mapped page-locked memory (allocate with pinned_empty(mapped=True))")
+        return int(base.get_device_pointer())
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        try:
+            return DeviceBuffer(_driver().mem_alloc(max(int(nbytes), 1)), int(nbytes))
+        except Exception as exc:
+            raise BackendError(f"cannot allocate {nbytes} bytes on {self.name}: {exc}") from exc
+
+    def stream(self) -> Stream:
+        return Stream(_driver().Stream())
+
+    def event(self) -> Event:
+        return Event(_driver().Event())
+
+    def synchronize(self) -> None:
+        _driver().Context.synchronize()
+
+
+def check_available() -> str:
+    """A one-line description of CUDA here, or BackendUnavailable with the reason."""
+    name, cc, driver = device_identity(0)
+    return f"{name} (compute {cc}), CUDA driver {driver}"
+
+
+# -- run-time compiled kernels and device traits (used by edgert.vision.gpu_preprocess / gpu_decode) ----
+
+
+class Kernel:
+    """One ``__global__`` function of a module compiled by :func:`compile_kernels`.
+
+    ``launch`` takes numpy scalars (``np.int32``, ``np.float32``, ``np.uintp`` for device addresses) in
+    the kernel's parameter order; it only enqueues the work on ``stream``.
+    """
+
+    def __init__(self, raw: Any, name: str) -> None:
+        self.raw = raw
+        self.name = name
+
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...],
+               stream: Stream) -> None:
+        try:
+            self.raw(*args, block=block, grid=grid, stream=stream.raw)
+        except Exception as exc:
+            raise BackendError(f"CUDA kernel {self.name} failed to launch: {exc}") from exc
+
+
+def compile_kernels(source: str, names: tuple[str, ...], options: tuple[str, ...] = ()) -> dict[str, Kernel]:
+    """Compile CUDA C++ ``source`` with nvcc (pycuda SourceModule) for the current device; call inside
+    ``CudaDevice.active()``. The source declares its kernels ``extern "C"`` itself (it may include C++
+    headers such as cuda_fp16.h). pycuda caches the binary, so a second process starts fast."""
+    compiler = lazy_import("pycuda.compiler", "run-time compiled CUDA kernels (nvcc must be on PATH)")
+    try:
+        module = compiler.SourceModule(source, no_extern_c=True, options=list(options))
+    except Exception as exc:  # pycuda.driver.CompileError carries nvcc's stderr
+        detail = getattr(exc, "stderr", "") or str(exc)
+        first = next((ln for ln in str(detail).splitlines() if "error" in ln.lower()), str(detail)[:200])
+        raise BackendError(f"cannot compile CUDA kernels ({first.strip()}). Note: nvcc from the CUDA toolkit "
+                           "must be on PATH (JetPack: /usr/local/cuda/bin)") from exc
+    return {name: Kernel(module.get_function(name), name) for name in names}
+
+
+def device_traits(device: CudaDevice) -> dict[str, bool]:
+    """``integrated`` (shares DRAM with the CPU: Jetson) and ``can_map_host_memory`` of ``device``."""
+    attr = _driver().device_attribute
+    return {
+        "integrated": bool(device.device.get_attribute(attr.INTEGRATED)),
+        "can_map_host_memory": bool(device.device.get_attribute(attr.CAN_MAP_HOST_MEMORY)),
+    }
+
+
+def memset_d32_async(ptr: int, value: int, count: int, stream: Stream) -> None:
+    """Fill ``count`` 32-bit words at device address ``ptr`` with ``value``, on ``stream``."""
+    _driver().memset_d32_async(ptr, value, count, stream.raw)
+
+
+def copy_dtoh_async(host: np.ndarray, ptr: int, stream: Stream) -> None:
+    """Copy ``host.nbytes`` from device address ``ptr`` into the (page-locked) array ``host``."""
+    _driver().memcpy_dtoh_async(host, ptr, stream.raw)
+
+
+def copy_htod_async(ptr: int, host: np.ndarray, stream: Stream) -> None:
+    """Copy the (page-locked) array ``host`` to device address ``ptr``."""
+    _driver().memcpy_htod_async(ptr, host, stream.raw)

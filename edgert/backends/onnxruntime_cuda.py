@@ -1,0 +1,111 @@
+"""ONNX Runtime's CUDA execution provider, on edgert's own CUDA buffers and stream.
+
+The model reads and writes device buffers allocated through :mod:`edgert.backends.cuda`, bound once with
+IOBinding (``bind_input(name, "cuda", 0, dtype, shape, ptr)``), and runs on the session's stream, handed
+to ONNX Runtime as ``user_compute_stream``. Host-side ``inputs`` / ``outputs`` are page-locked arrays, and
+the copies to and from them are asynchronous on the same stream. This is the GPU runtime for NVIDIA
+machines without TensorRT, and the one the H200 device of this project runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from edgert._lazy import is_importable, lazy_import
+from edgert.backends.base import Backend, BackendProbe, SessionOptions
+from edgert.backends.gpu_session import GpuSession
+from edgert.backends.onnxruntime import _spec, load_ort_session
+from edgert.errors import BackendError, BackendUnavailable
+from edgert.platform import gpu_present
+
+__all__ = ["OnnxRuntimeCudaBackend", "OnnxRuntimeCudaSession"]
+
+log = logging.getLogger(__name__)
+
+_CUDA_EP = "CUDAExecutionProvider"
+
+
+class OnnxRuntimeCudaSession(GpuSession):
+    backend_name = "onnxruntime-cuda"
+
+    def __init__(self, path: Path, options: SessionOptions) -> None:
+        from edgert.backends.cuda import CudaDevice
+
+        device = CudaDevice.get(options.device)
+        # The session's stream exists before ONNX Runtime does: it is part of the provider options.
+        with device.active():
+            stream = device.stream()
+        provider = (_CUDA_EP, {
+            "device_id": str(options.device),
+            "has_user_compute_stream": "1",
+            "user_compute_stream": str(stream.handle),
+        })
+        with device.active():
+            self._sess: Any = load_ort_session(path, [provider], options.threads)
+        providers = self._sess.get_providers()
+        if _CUDA_EP not in providers:
+            raise BackendUnavailable(f"ONNX Runtime did not enable the CUDA provider (it has {providers}); "
+                                     "check that onnxruntime-gpu matches this CUDA version")
+        inputs = [_spec(a) for a in self._sess.get_inputs()]
+        outputs = [_spec(a) for a in self._sess.get_outputs()]
+        super().__init__(inputs, outputs, device, stream)
+        self.metadata = dict(self._sess.get_modelmeta().custom_metadata_map or {})
+        shapes = {s.name: s.concrete(dict(options.shapes)) for s in inputs}
+        shapes.update(self._output_shapes(shapes))
+        dtypes = {s.name: s.dtype for s in (*inputs, *outputs)}
+        self._allocate(shapes, dtypes, {s.name for s in inputs})
+        self._io = self._sess.io_binding()
+        for name, host in self.inputs.items():
+            self._io.bind_input(name, "cuda", options.device, host.dtype, host.shape, self.device_inputs[name].ptr)
+        for name, host in self.outputs.items():
+            self._io.bind_output(name, "cuda", options.device, host.dtype, host.shape, self.device_outputs[name].ptr)
+
+    def _output_shapes(self, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        if all(not s.is_dynamic for s in self.output_specs):
+            return {s.name: s.concrete() for s in self.output_specs}
+        # Output sizes follow the input sizes: one plain run on zeros tells them.
+        import numpy as np
+
+        feed = {s.name: np.zeros(input_shapes[s.name], s.dtype) for s in self.input_specs}
+        with self.device.active():
+            try:
+                values = self._sess.run(None, feed)
+            except Exception as exc:
+                raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+        return {s.name: tuple(v.shape) for s, v in zip(self.output_specs, values)}
+
+    def _enqueue(self) -> None:
+        try:
+            self._sess.run_with_iobinding(self._io)
+        except Exception as exc:  # pybind11 exception types of onnxruntime
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BackendError(f"ONNX Runtime (CUDA) failed: {first}. Note: outputs whose size changes with the "
+                               "data need the onnxruntime (CPU) backend") from exc
+
+    def _release_model(self) -> None:
+        self._io = None
+        self._sess = None
+
+
+class OnnxRuntimeCudaBackend(Backend):
+    name = "onnxruntime-cuda"
+
+    def probe(self) -> BackendProbe:
+        present, why = gpu_present()
+        if not present:
+            return BackendProbe(self.name, False, f"no GPU: {why}")
+        try:
+            ort = lazy_import("onnxruntime")
+        except BackendUnavailable as exc:
+            return BackendProbe(self.name, False, str(exc))
+        if _CUDA_EP not in ort.get_available_providers():
+            return BackendProbe(self.name, False,
+                                "onnxruntime has no CUDAExecutionProvider: pip install onnxruntime-gpu")
+        if not is_importable("pycuda.driver"):
+            return BackendProbe(self.name, False, "pycuda is not installed: pip install 'edgert[gpu]'")
+        return BackendProbe(self.name, True, f"onnxruntime {ort.__version__} CUDA provider with pycuda buffers")
+
+    def open(self, model: str | Path, options: SessionOptions | None = None) -> OnnxRuntimeCudaSession:
+        return OnnxRuntimeCudaSession(self._model_path(model), options or SessionOptions())

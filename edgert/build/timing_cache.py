@@ -1,0 +1,87 @@
+"""A persistent TensorRT timing cache, one file per (TensorRT flavour and version, GPU, CUDA driver).
+
+The timing cache keeps the kernel timings of earlier builds, so rebuilding an engine (a new ONNX export,
+another precision) on a Jetson takes seconds instead of many minutes. Timings are only valid for the
+GPU, CUDA and TensorRT that measured them, so the file name carries all three.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from edgert.build.engine_file import write_atomic
+from edgert.build.target import TargetInfo
+
+__all__ = ["TimingCache", "default_cache_dir", "timing_cache_path"]
+
+log = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    """``$EDGERT_CACHE_DIR`` or ``$XDG_CACHE_HOME/edgert`` or ``~/.cache/edgert``."""
+    env = os.environ.get("EDGERT_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "edgert"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower() or "none"
+
+
+def timing_cache_path(target: TargetInfo, cache_dir: Path | None = None) -> Path:
+    gpu = target.gpu
+    parts = [
+        target.backend,
+        target.trt_version,
+        _slug(gpu.name),
+        f"sm{gpu.compute_capability}" if gpu.compute_capability else "sm-none",
+        f"driver{gpu.cuda_driver}" if gpu.cuda_driver else "driver-none",
+    ]
+    return (cache_dir or default_cache_dir()) / "timing" / (_slug("_".join(parts)) + ".cache")
+
+
+class TimingCache:
+    """Loads the cache into a builder config before a build and saves the merged cache after it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.loaded_bytes = 0
+
+    def attach(self, config: Any) -> None:
+        """Give ``config`` (a TensorRT ``IBuilderConfig``) the stored timings, or an empty cache."""
+        data = b""
+        if self.path.exists():
+            try:
+                data = self.path.read_bytes()
+            except OSError as exc:
+                log.warning("cannot read timing cache %s (%s); starting an empty one", self.path, exc.strerror)
+        cache = config.create_timing_cache(data)
+        if cache is None and data:
+            log.warning("timing cache %s is not usable by this TensorRT; starting an empty one", self.path)
+            cache = config.create_timing_cache(b"")
+        if cache is None:
+            return
+        # ignore_mismatch=False: a cache from another device or version is refused rather than misused.
+        if not config.set_timing_cache(cache, False):
+            log.warning("timing cache %s does not match this device; starting an empty one", self.path)
+            config.set_timing_cache(config.create_timing_cache(b""), False)
+            return
+        self.loaded_bytes = len(data)
+        log.debug("timing cache %s: %d bytes loaded", self.path, self.loaded_bytes)
+
+    def save(self, config: Any) -> None:
+        cache = config.get_timing_cache()
+        if cache is None:
+            return
+        try:
+            data = bytes(memoryview(cache.serialize()))
+            write_atomic(self.path, data)
+            log.debug("timing cache %s: %d bytes saved", self.path, len(data))
+        except OSError as exc:
+            log.warning("cannot save timing cache %s (%s)", self.path, exc.strerror)

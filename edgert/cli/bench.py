@@ -1,0 +1,245 @@
+"""``edgert bench``: trtexec-like latency and throughput of a model on any backend.
+
+Warm-up, then N timed ``infer()`` calls (or a duration): latency percentiles and throughput of the whole
+session call, host copies included. GPU sessions add CUDA-event timings of host-to-device, compute and
+device-to-host, and a second loop of compute alone (no copies), so the ratio of end-to-end throughput to
+compute-only throughput says how much the copies cost. ``--power`` samples the machine's power meter
+during the timed loop (watts, mJ per frame).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench", help="measure latency, throughput and (GPU) the copy/compute split of a model on a backend")
+    p.add_argument("model", help="ONNX model or engine file")
+    p.add_argument("--backend", default="auto", help="auto, onnxruntime, onnxruntime-cuda, tensorrt, tensorrt-rtx")
+    p.add_argument("--iterations", type=int, default=200, help="timed iterations (default 200)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (default 20)")
+    p.add_argument("--duration", type=float, metavar="S", help="time for S seconds instead of --iterations")
+    p.add_argument("--shapes", action="append", default=[], metavar="NAME:DIMS",
+                   help="shape of a dynamic input (NAME:MIN/OPT/MAX builds a TensorRT profile, OPT is run)")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "int8", "best"),
+                   help="TensorRT backends: engine precision (built and cached if needed)")
+    p.add_argument("--precisions", metavar="LIST",
+                   help="TensorRT backends: compare precisions, e.g. fp32,fp16,int8 (one table)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (onnxruntime CPU); 0: its default")
+    p.add_argument("--power", action="store_true", help="sample the power meter during the timed loop")
+    p.add_argument("--power-hz", type=float, default=20.0, help="power sample rate (default 20 Hz)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _percentiles(values_ms: list[float]) -> dict[str, float]:
+    a = np.asarray(values_ms, dtype=np.float64)
+    if a.size == 0:
+        return {}
+    return {
+        "mean": float(a.mean()), "min": float(a.min()), "max": float(a.max()),
+        "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+        "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)),
+    }
+
+
+def fill_inputs(session: Any, seed: int = 0) -> None:
+    """Deterministic data in every input buffer: images-like floats in [0, 1), small integers otherwise."""
+    rng = np.random.default_rng(seed)
+    for buf in session.inputs.values():
+        if np.issubdtype(buf.dtype, np.floating):
+            buf[...] = rng.random(buf.shape, dtype=np.float32).astype(buf.dtype, copy=False)
+        elif buf.dtype == np.bool_:
+            buf[...] = False
+        else:
+            buf[...] = 1
+
+
+def _timed_loop(call: Any, iterations: int, duration: float | None, per_iter: Any = None) -> tuple[list[float], float]:
+    lat: list[float] = []
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        call()
+        t1 = time.perf_counter()
+        lat.append((t1 - t0) * 1e3)
+        if per_iter is not None:
+            per_iter()
+        if duration is not None:
+            if t1 - t_start >= duration:
+                break
+        elif len(lat) >= iterations:
+            break
+    return lat, time.perf_counter() - t_start
+
+
+def _open_power(hz: float) -> tuple[Any, str | None]:
+    """(sampler factory, note). The note is one line when watts cannot be measured here."""
+    try:
+        from edgert.power import PowerSampler, open_meter  # type: ignore[attr-defined, unused-ignore]
+    except ImportError as exc:
+        return None, f"power: edgert.power is not available ({exc}); not measured"
+    meter = open_meter("auto")
+    if not getattr(meter, "available", False):
+        return None, f"power: {getattr(meter, 'description', 'no power meter')} (null meter); watts not measured"
+    return (lambda: PowerSampler(meter, hz)), None
+
+
+def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duration: float | None = None,
+                  power_hz: float | None = None) -> dict[str, Any]:
+    """Measure an open session. Returns JSON-ready figures (milliseconds, frames per second)."""
+    from edgert.backends.gpu_session import GpuSession
+
+    fill_inputs(session)
+    is_gpu = isinstance(session, GpuSession)
+    for _ in range(max(warmup, 0)):
+        session.infer()
+    result: dict[str, Any] = {"backend": session.backend_name, "inputs": {k: list(v.shape) for k, v in
+                                                                       session.inputs.items()}}
+    splits: list[dict[str, float]] = []
+    power_summary: dict[str, Any] | None = None
+    power_note: str | None = None
+    sampler_factory = None
+    if power_hz:
+        sampler_factory, power_note = _open_power(power_hz)
+
+    def keep_split() -> None:
+        if session.last_timing:
+            splits.append(dict(session.last_timing))
+
+    if is_gpu:
+        session.timing = True
+    if sampler_factory is not None:
+        with sampler_factory() as sampler:
+            lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
+            sampler.add_frames(len(lat))
+        power_summary = sampler.summary()
+    else:
+        lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
+    if is_gpu:
+        session.timing = False
+    n = len(lat)
+    result.update({"iterations": n, "latency_ms": _percentiles(lat), "throughput_fps": n / total if total else 0.0})
+    if is_gpu:
+        # Timing events cost a little; the compute-only loop runs without them, like the copies-included loop.
+        gpu: dict[str, Any] = {}
+        for key in ("h2d_ms", "compute_ms", "d2h_ms"):
+            gpu[key] = _percentiles([s[key] for s in splits])
+        for _ in range(max(warmup, 1)):
+            session.compute_only()
+        c_lat, c_total = _timed_loop(session.compute_only, n, None)
+        compute_fps = len(c_lat) / c_total if c_total else 0.0
+        gpu["compute_only_latency_ms"] = _percentiles(c_lat)
+        gpu["compute_only_fps"] = compute_fps
+        gpu["end_to_end_over_compute"] = result["throughput_fps"] / compute_fps if compute_fps else None
+        result["gpu"] = gpu
+    if power_summary is not None:
+        result["power"] = power_summary
+        if power_summary.get("energy_j") is not None and n:
+            result["power"]["mj_per_frame"] = power_summary["energy_j"] * 1e3 / n
+    if power_note:
+        result["power_note"] = power_note
+    return result
+
+
+def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[str]) -> tuple[Path, str | None]:
+    """TensorRT backends run engines: build (or reuse) one for an ONNX model. Returns (path, build summary)."""
+    if backend not in ("tensorrt", "tensorrt-rtx") or model.suffix.lower() != ".onnx":
+        return model, None
+    from edgert.build import BuildOptions, build_engine, parse_shapes
+
+    out = model.with_name(f"{model.stem}.{backend}.{precision}.engine")
+    res = build_engine(model, out, BuildOptions(backend=backend, precision=precision,
+                                                profiles=tuple(parse_shapes(shapes))))
+    return res.engine, res.summary()
+
+
+def _run_shapes(shapes: list[str]) -> dict[str, tuple[int, ...]]:
+    from edgert.build.onnx_info import parse_shapes
+
+    return {p.name: p.opt for p in parse_shapes(shapes)}
+
+
+def _bench_one(args: argparse.Namespace, backend: str, precision: str) -> dict[str, Any]:
+    from edgert.backends import SessionOptions, get_backend
+
+    be = get_backend(backend)
+    path, built = _model_for_backend(Path(args.model), be.name, precision, args.shapes)
+    options = SessionOptions(threads=args.threads, shapes=_run_shapes(args.shapes), precision=precision)
+    with be.open(path, options) as session:
+        res = bench_session(session, args.iterations, args.warmup, args.duration,
+                            args.power_hz if args.power else None)
+    res.update({"model": str(args.model), "backend": be.name, "precision": precision if built else None})
+    if built:
+        res["engine"] = {"path": str(path), "build": built}
+    return res
+
+
+def _fmt(res: dict[str, Any]) -> str:
+    lat = res["latency_ms"]
+    lines = [
+        f"model        {res['model']}",
+        f"backend      {res['backend']}" + (f" ({res['precision']})" if res.get("precision") else ""),
+        f"inputs       {', '.join(f'{k} {tuple(v)}' for k, v in res['inputs'].items())}",
+        f"iterations   {res['iterations']}",
+        f"latency ms   p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  "
+        f"mean {lat['mean']:.3f}  min {lat['min']:.3f}",
+        f"throughput   {res['throughput_fps']:.1f} inferences/s (session.infer, host copies included)",
+    ]
+    gpu = res.get("gpu")
+    if gpu:
+        lines += [
+            f"gpu split ms h2d {gpu['h2d_ms']['p50']:.3f}  compute {gpu['compute_ms']['p50']:.3f}  "
+            f"d2h {gpu['d2h_ms']['p50']:.3f}  (p50, CUDA events)",
+            f"compute only {gpu['compute_only_fps']:.1f} inferences/s, "
+            f"p50 {gpu['compute_only_latency_ms']['p50']:.3f} ms",
+            f"ratio        end-to-end / compute-only throughput = {gpu['end_to_end_over_compute']:.3f}",
+        ]
+    pw = res.get("power")
+    if pw and pw.get("avg_w") is not None:
+        mj = pw.get("mj_per_frame")
+        lines.append(f"power        avg {pw['avg_w']:.2f} W  peak {pw['peak_w']:.2f} W  "
+                     f"{'' if mj is None else f'{mj:.2f} mJ/frame'}  ({pw.get('meter')})")
+    if res.get("power_note"):
+        lines.append(res["power_note"])
+    if res.get("engine"):
+        lines.append(f"engine       {res['engine']['build']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgert.errors import ConfigError
+
+    if args.iterations <= 0 or args.warmup < 0 or (args.duration is not None and args.duration <= 0):
+        raise ConfigError("--iterations and --duration must be positive, --warmup 0 or more")
+    if args.precisions:
+        if args.backend not in ("tensorrt", "tensorrt-rtx"):
+            raise ConfigError("--precisions compares TensorRT engine precisions: add --backend tensorrt")
+        precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        bad = [p for p in precisions if p not in ("fp32", "fp16", "int8", "best")]
+        if bad:
+            raise ConfigError(f"--precisions: {', '.join(bad)} unknown. Note: valid are fp32, fp16, int8, best")
+        results = [_bench_one(args, args.backend, p) for p in precisions]
+        if args.json:
+            print(json.dumps(results, indent=2))
+        else:
+            print(f"{'precision':<10} {'p50 ms':>9} {'p99 ms':>9} {'fps':>9} {'compute fps':>12}")
+            for r in results:
+                g = r.get("gpu") or {}
+                cfps = g.get("compute_only_fps")
+                print(f"{r['precision']:<10} {r['latency_ms']['p50']:>9.3f} {r['latency_ms']['p99']:>9.3f} "
+                      f"{r['throughput_fps']:>9.1f} {'' if cfps is None else f'{cfps:12.1f}'}")
+        return 0
+    res = _bench_one(args, args.backend, args.precision)
+    print(json.dumps(res, indent=2) if args.json else _fmt(res))
+    return 0

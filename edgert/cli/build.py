@@ -1,0 +1,82 @@
+"""``edgert build``: ONNX in, TensorRT (or TensorRT-RTX) engine + sidecar JSON out, reusing cached engines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+BUILD_BACKENDS = ("auto", "tensorrt", "tensorrt-rtx")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "build", help="build a TensorRT engine from an ONNX model (cached: rebuilt only when something changed)",
+        description="Build MODEL.onnx into an engine with a sidecar OUT.engine.json. A second call with the same "
+                    "model, settings, TensorRT and GPU reuses the engine; a changed one is rebuilt.")
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("-o", "--output", help="engine path (default: MODEL.engine beside the model)")
+    p.add_argument("--backend", choices=BUILD_BACKENDS, default="auto",
+                   help="tensorrt (Jetson, dGPU) or tensorrt-rtx (RTX GPUs; also builds on CPU-only machines); "
+                        "auto: tensorrt where it is installed, else tensorrt-rtx")
+    p.add_argument("--precision", choices=("fp32", "fp16", "int8", "best"), default="fp32",
+                   help="int8 needs a Q/DQ model (edgert calibrate) or --calib-cache")
+    p.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
+                   help="optimization profile of a dynamic input, e.g. images:1x3x320x320/1x3x640x640/1x3x1280x1280 "
+                        "(NAME:DIMS for one fixed shape); repeat or comma-join for several inputs")
+    p.add_argument("--workspace", type=int, metavar="MIB", help="memory pool limit for tactics, in MiB")
+    p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5",
+                   help="builder optimization level (TensorRT 8.6+; higher: slower build, maybe faster engine)")
+    p.add_argument("--dla-core", type=int, metavar="N", help="build for Jetson DLA core N (with GPU fallback)")
+    p.add_argument("--no-gpu-fallback", action="store_true", help="with --dla-core: fail on layers DLA cannot run")
+    p.add_argument("--calib-cache", metavar="PATH", help="TensorRT INT8 calibration cache (implicit INT8)")
+    p.add_argument("--strongly-typed", action="store_true",
+                   help="strongly typed network (always on where TensorRT requires it: TensorRT-RTX, TensorRT 11)")
+    p.add_argument("--no-timing-cache", action="store_true", help="do not read or write the persistent timing cache")
+    p.add_argument("--force", action="store_true", help="rebuild even when the cached engine matches")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress indicator on stderr (default: when stderr is a terminal)")
+    p.add_argument("--json", action="store_true", help="print the result and sidecar as JSON")
+    p.set_defaults(func=run)
+
+
+def pick_build_backend(name: str) -> str:
+    """``auto``: TensorRT where it can build (installed, GPU present), else TensorRT-RTX where installed."""
+    from edgert._lazy import is_importable
+    from edgert.errors import BackendUnavailable
+    from edgert.platform import gpu_present
+
+    if name != "auto":
+        return name
+    if is_importable("tensorrt") and gpu_present()[0]:
+        return "tensorrt"
+    if is_importable("tensorrt_rtx"):
+        return "tensorrt-rtx"
+    raise BackendUnavailable("no TensorRT builder here: install TensorRT (JetPack: apt install python3-libnvinfer) "
+                             "or pip install 'edgert[rtx]' for TensorRT-RTX")
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgert.build import BuildOptions, build_engine, parse_shapes
+
+    options = BuildOptions(
+        backend=pick_build_backend(args.backend),
+        precision=args.precision,
+        profiles=tuple(parse_shapes(args.shapes)),
+        workspace_mib=args.workspace,
+        optimization_level=args.opt_level,
+        dla_core=args.dla_core,
+        gpu_fallback=not args.no_gpu_fallback,
+        calib_cache=Path(args.calib_cache) if args.calib_cache else None,
+        strongly_typed=True if args.strongly_typed else None,
+        timing_cache=not args.no_timing_cache,
+        progress=args.progress,
+    )
+    result = build_engine(args.model, args.output, options, force=args.force)
+    if args.json:
+        print(json.dumps({"status": result.status, "reason": result.reason, "engine": str(result.engine),
+                          "sidecar": str(result.sidecar), "record": result.record.to_json()}, indent=2))
+    else:
+        print(result.summary())
+    return 0
