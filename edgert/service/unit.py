@@ -1,0 +1,321 @@
+"""Render a systemd unit for one pipeline config from the packaged template.
+
+The template (``templates/edgert.service.in``) is the single source of the unit's text; ``jetson/``
+holds an example rendered from it, which a test keeps in step. What depends on the pipeline is
+computed here: the ordering on ``nvargus-daemon.service`` for CSI cameras and ``network-online.target``
+for network streams, the engine build before start, the paths the service may write, and the devices
+it may open.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import shlex
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from edgert.config import PipelineConfig
+from edgert.errors import ServiceError
+
+__all__ = [
+    "DEFAULT_DEVICE_ALLOW",
+    "DEVICE_GLOBS",
+    "UnitOptions",
+    "discover_device_allow",
+    "output_paths",
+    "render_unit",
+    "template_text",
+    "unit_name",
+]
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_HOME_ROOTS = ("/home", "/root", "/run/user")
+
+#: Device nodes a pipeline may need: cameras (V4L2, media controller), Jetson's GPU and multimedia
+#: engines (nvhost-*, nvmap, nvgpu), desktop NVIDIA GPUs (nvidia*), DRM render nodes.
+DEVICE_GLOBS: tuple[str, ...] = (
+    "/dev/video*", "/dev/media*", "/dev/nvmap", "/dev/nvhost-*", "/dev/nvgpu/*/*", "/dev/nvidia*",
+    "/dev/nvidia-caps/*", "/dev/dri/renderD*",
+)
+
+#: Used when the unit is rendered on a machine without those nodes (a laptop preparing a Jetson's
+#: unit): device groups from /proc/devices by name (they cover hot-plugged cameras) plus the known
+#: Jetson nodes by path. systemd ignores paths that do not exist on the target.
+DEFAULT_DEVICE_ALLOW: tuple[str, ...] = (
+    "char-video4linux rw", "char-media rw", "char-drm rw", "char-nvidia* rw",
+    "/dev/nvmap rw", "/dev/nvhost-ctrl rw", "/dev/nvhost-ctrl-gpu rw", "/dev/nvhost-gpu rw",
+    "/dev/nvhost-as-gpu rw", "/dev/nvhost-prof-gpu rw", "/dev/nvhost-dbg-gpu rw", "/dev/nvhost-tsg-gpu rw",
+    "/dev/nvhost-sched-gpu rw", "/dev/nvhost-ctxsw-gpu rw", "/dev/nvhost-vic rw", "/dev/nvhost-nvdec rw",
+    "/dev/nvhost-msenc rw", "/dev/nvhost-nvjpg rw", "/dev/nvhost-ctrl-nvdla0 rw", "/dev/nvhost-ctrl-nvdla1 rw",
+    "/dev/nvhost-nvdla0 rw", "/dev/nvhost-nvdla1 rw",
+)
+
+# Device groups too broad to allow whole (misc holds nvmap but also /dev/fuse, /dev/kvm, ...): for
+# nodes in these, allow the node itself.
+_BROAD_GROUPS = frozenset({"mem", "misc", "tty", "pty", "pts", "ptm", "ttyS", "input", "sg", "usb", "block"})
+
+
+def unit_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ServiceError(f"service name {name!r}: use letters, digits, '-', '_' or '.', e.g. camera-front")
+    return f"edgert-{name}.service"
+
+
+def template_text() -> str:
+    return (resources.files("edgert.service") / "templates" / "edgert.service.in").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    """What the unit needs beyond the pipeline config. Paths must be absolute on the target."""
+
+    name: str
+    config_path: str
+    edgert: str  # the edgert executable, e.g. /opt/edgert/venv/bin/edgert
+    user: str = "edgert"
+    group: str | None = None  # default: the user's name
+    groups: tuple[str, ...] = ("video", "render")
+    env_file: str | None = None  # default: /etc/edgert/NAME.env
+    watchdog_s: int = 30
+    start_timeout_s: int = 1800
+    stop_timeout_s: int = 30
+    restart_s: int = 5
+    start_limit_interval_s: int = 600
+    start_limit_burst: int = 5
+    metrics: str | None = None  # HOST:PORT for --metrics
+    device_allow: tuple[str, ...] = DEFAULT_DEVICE_ALLOW
+    extra_read_write: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the pipeline implies
+
+
+def source_kind(uri: str) -> str:
+    """``csi``, ``network``, ``camera`` (V4L2) or ``file`` for a source URI (see edgert.vision.sources)."""
+    lower = uri.strip().lower()
+    if lower.startswith("csi://") or (lower.startswith("gst://") and "nvarguscamerasrc" in lower):
+        return "csi"
+    network_elements = ("rtspsrc", "souphttpsrc", "udpsrc", "tcpclientsrc")
+    if lower.startswith(("rtsp://", "rtsps://", "http://", "https://")) or (
+            lower.startswith("gst://") and any(e in lower for e in network_elements)):
+        return "network"
+    if lower.startswith(("v4l2://", "/dev/video")) or lower.isdigit() or "v4l2src" in lower:
+        return "camera"
+    return "file"
+
+
+def _sink_path(uri: str) -> str | None:
+    """The file a sink URI writes, when it writes one (``jsonl://PATH``, ``out.mp4``, ``file://x.avi``)."""
+    text = uri.strip()
+    if text.startswith("jsonl://"):
+        path = text[len("jsonl://"):]
+        return None if path in ("", "-") else path
+    if text.startswith(("display://", "http://", "https://", "rtsp://")):
+        return None
+    return text[len("file://"):] if text.startswith("file://") else text
+
+
+def _publishes(config: PipelineConfig) -> bool:
+    return any(s.strip().startswith("rtsp://") for s in config.sinks)
+
+
+def output_paths(config: PipelineConfig, base: Path) -> list[str]:
+    """Absolute folders the pipeline writes (sink outputs, a configured engine cache)."""
+    out: list[str] = []
+    for spec in config.sinks:
+        target = _sink_path(spec)
+        if target is None:
+            continue
+        p = Path(target)
+        if not p.is_absolute():
+            continue  # relative outputs land in the working directory, the unit's StateDirectory
+        out.append(str(p.parent))
+    if config.model.engine_cache:
+        cache = Path(config.model.engine_cache)
+        out.append(str(cache if cache.is_absolute() else (base / cache)))
+    return sorted(set(out))
+
+
+def _resolve_model(config: PipelineConfig, base: Path) -> Path | None:
+    if not config.model.path:
+        return None
+    p = Path(config.model.path)
+    return p if p.is_absolute() else base / p
+
+
+def _under_home(paths: Iterable[str]) -> bool:
+    return any(p == root or p.startswith(root + "/") for p in paths for root in _HOME_ROOTS)
+
+
+# --------------------------------------------------------------------------------------------------
+# Quoting: systemd expands %specifiers and $VARIABLES in Exec lines; paths must not be expanded.
+
+
+def _exec_arg(arg: str) -> str:
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if re.search(r"[\s\"'\\;]", escaped):
+        return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return escaped
+
+
+def _exec_line(argv: Sequence[str]) -> str:
+    return " ".join(_exec_arg(a) for a in argv)
+
+
+def _path_value(path: str) -> str:
+    if re.search(r"\s", path):
+        raise ServiceError(f"{path!r}: paths with spaces cannot be listed in ReadWritePaths; move the output")
+    return path.replace("%", "%%")
+
+
+# --------------------------------------------------------------------------------------------------
+# Devices
+
+
+def _proc_devices(text: str) -> dict[int, str]:
+    majors: dict[int, str] = {}
+    section = ""
+    for line in text.splitlines():
+        if line.endswith(":"):
+            section = line
+            continue
+        parts = line.split()
+        # Several names may share a major; names that are paths (/dev/tty) are not device groups.
+        if (section.startswith("Character") and len(parts) == 2 and parts[0].isdigit()
+                and not parts[1].startswith("/")):
+            majors.setdefault(int(parts[0]), parts[1])
+    return majors
+
+
+def discover_device_allow(globs: Sequence[str] = DEVICE_GLOBS, proc_devices: str = "/proc/devices") -> list[str]:
+    """DeviceAllow= values for the device nodes present on this machine.
+
+    A node whose driver has its own group in /proc/devices is allowed by group (``char-video4linux``),
+    which also covers nodes that appear later (a camera plugged in after boot); nodes of broad groups
+    (``misc``: nvmap) are allowed one by one.
+    """
+    try:
+        majors = _proc_devices(Path(proc_devices).read_text())
+    except OSError:
+        majors = {}
+    rules: list[str] = []
+    for pattern in globs:
+        for node in sorted(glob.glob(pattern)):
+            try:
+                st = os.stat(node)
+            except OSError:
+                continue
+            if not stat.S_ISCHR(st.st_mode):
+                continue
+            group = majors.get(os.major(st.st_rdev))
+            rule = f"char-{group} rw" if group and group not in _BROAD_GROUPS else f"{node} rw"
+            if rule not in rules:
+                rules.append(rule)
+    return rules
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _engine_prestart(config: PipelineConfig, opts: UnitOptions, model: Path | None) -> list[str]:
+    """ExecStartPre lines: build or reuse the engine before the pipeline starts."""
+    if model is None or model.suffix.lower() != ".onnx":
+        return []  # an engine file given directly, or no model: nothing to build
+    backend = config.model.backend
+    if backend not in ("tensorrt", "tensorrt-rtx"):
+        return []  # ONNX Runtime loads the ONNX file itself
+    engine = Path(config.model.engine_cache or f"/var/cache/edgert/{opts.name}") / (model.stem + ".engine")
+    argv = [opts.edgert, "build", str(model), "--backend", backend, "--precision", config.model.precision,
+            "-o", str(engine)]
+    return [f"ExecStartPre={_exec_line(argv)}"]
+
+
+def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
+    """The unit text for ``config``. Raises ServiceError for options that cannot make a valid unit."""
+    unit_name(opts.name)
+    for label, value in (("config", opts.config_path), ("edgert executable", opts.edgert)):
+        if not os.path.isabs(value):
+            raise ServiceError(f"{label} path {value!r} must be absolute in a unit file")
+    if opts.watchdog_s <= 0 or opts.stop_timeout_s <= 0 or opts.start_timeout_s <= 0:
+        raise ServiceError("watchdog, start and stop timeouts must be positive seconds")
+    base = Path(opts.config_path).parent
+    model = _resolve_model(config, base)
+    kind = source_kind(config.source.uri)
+
+    ordering: list[str] = []
+    if kind == "csi":
+        # libargus (nvarguscamerasrc) asks nvargus-daemon for frames
+        ordering += ["After=nvargus-daemon.service", "Wants=nvargus-daemon.service"]
+    if kind == "network" or _publishes(config):
+        ordering += ["After=network-online.target", "Wants=network-online.target"]
+
+    writes = [*output_paths(config, base), *opts.extra_read_write]
+    read_write = [f"ReadWritePaths=-{_path_value(p)}" for p in sorted(set(writes))]
+    reads = [opts.config_path, *([str(model)] if model else []), *writes]
+
+    exec_start = [opts.edgert, "run", "--config", opts.config_path]
+    if opts.metrics:
+        exec_start += ["--metrics", opts.metrics]
+    env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
+    environment: list[str] = []
+    if _engine_prestart(config, opts, model):
+        environment.append(f"Environment=EDGERT_ENGINE_CACHE=/var/cache/edgert/{opts.name}")
+
+    summary = f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}"
+    values = {
+        "HEADER": f"Rendered by `edgert service install` for {opts.config_path}. Edit that config, "
+                  "then install again.",
+        "NAME": opts.name,
+        "SUMMARY": summary.replace("%", "%%"),
+        "START_LIMIT_INTERVAL": str(opts.start_limit_interval_s),
+        "START_LIMIT_BURST": str(opts.start_limit_burst),
+        "WATCHDOG_SEC": str(opts.watchdog_s),
+        "RESTART_SEC": str(opts.restart_s),
+        "START_TIMEOUT": str(opts.start_timeout_s),
+        "STOP_TIMEOUT": str(opts.stop_timeout_s),
+        "USER": opts.user,
+        "GROUP": opts.group or opts.user,
+        "GROUPS": " ".join(opts.groups),
+        "ENV_FILE": _path_value(env_file),
+        "EXEC_START": _exec_line(exec_start),
+        # A home directory stays readable when the model or config lives there, never writable
+        # except for listed outputs.
+        "PROTECT_HOME": "read-only" if _under_home(reads) else "yes",
+        # libargus talks to nvargus-daemon through /tmp/argus_socket: a private /tmp would hide it.
+        "PRIVATE_TMP": "no" if kind == "csi" else "yes",
+    }
+    blocks = {
+        "UNIT_ORDERING": ordering,
+        "ENVIRONMENT": environment,
+        "EXEC_START_PRE": _engine_prestart(config, opts, model),
+        "READ_WRITE_PATHS": read_write,
+        "DEVICE_ALLOW": [f"DeviceAllow={rule}" for rule in opts.device_allow],
+    }
+    lines: list[str] = []
+    for line in template_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("@") and stripped.endswith("@") and stripped[1:-1] in blocks:
+            lines.extend(blocks[stripped[1:-1]])
+            continue
+        for key, value in values.items():
+            line = line.replace(f"@{key}@", value)
+        lines.append(line)
+    text = "\n".join(lines) + "\n"
+    leftover = re.findall(r"@[A-Z_]+@", text)
+    if leftover:
+        raise ServiceError(f"unit template has unknown placeholders {sorted(set(leftover))}")  # an edgert bug
+    return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,184 @@
+"""Unit rendering: what each kind of pipeline implies, and systemd's own verifier on the result."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgert.config import PipelineConfig, from_mapping, load_config
+from edgert.errors import ServiceError
+from edgert.service.unit import (
+    DEFAULT_DEVICE_ALLOW,
+    UnitOptions,
+    discover_device_allow,
+    render_unit,
+    source_kind,
+    template_text,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = ROOT / "jetson" / "camera.yaml"
+EXAMPLE_UNIT = ROOT / "jetson" / "edgert-camera.service"
+EXAMPLE_OPTIONS = UnitOptions(name="camera", config_path="/etc/edgert/camera.yaml",
+                              edgert="/opt/edgert/venv/bin/edgert")
+
+
+def _edgert_here() -> str:
+    exe = Path(sys.prefix) / "bin" / "edgert"
+    if not exe.exists():
+        pytest.skip("the edgert command is not installed in this environment (pip install -e .)")
+    return str(exe)
+
+
+def _config(**data: object) -> PipelineConfig:
+    return from_mapping(PipelineConfig, data)
+
+
+def _keys(text: str) -> list[tuple[str, str]]:
+    return [tuple(line.split("=", 1)) for line in text.splitlines()  # type: ignore[misc]
+            if "=" in line and not line.startswith("#")]
+
+
+def _values(text: str, key: str) -> list[str]:
+    return [v for k, v in _keys(text) if k == key]
+
+
+def verify(unit: Path) -> None:
+    """Run `systemd-analyze verify` and fail on any complaint about this unit (warnings included)."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze not installed (Debian/Ubuntu: apt-get install systemd)")
+    proc = subprocess.run([tool, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60)
+    ours = [line for line in proc.stderr.splitlines() if unit.name in line or str(unit) in line]
+    assert proc.returncode == 0 and not ours, proc.stderr
+
+
+def test_csi_pipeline_unit_has_every_required_setting(tmp_path: Path) -> None:
+    edgert = _edgert_here()
+    config = load_config(EXAMPLE_CONFIG)
+    text = render_unit(config, UnitOptions(name="camera", config_path=str(EXAMPLE_CONFIG), edgert=edgert,
+                                           metrics="127.0.0.1:9400"))
+    unit = tmp_path / "edgert-camera.service"
+    unit.write_text(text)
+    verify(unit)
+    one = {k: v for k, v in _keys(text)}
+    assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
+    assert one["WatchdogSec"] == "30" and one["Restart"] == "on-failure"
+    assert one["StartLimitIntervalSec"] == "600" and one["StartLimitBurst"] == "5"
+    assert one["TimeoutStopSec"] == "30"
+    assert _values(text, "After") == ["nvargus-daemon.service"] == _values(text, "Wants")
+    assert one["EnvironmentFile"] == "-/etc/edgert/camera.env"
+    assert one["User"] == "edgert" and one["Group"] == "edgert" and one["SupplementaryGroups"] == "video render"
+    assert one["NoNewPrivileges"] == "yes" and one["ProtectSystem"] == "strict" and one["ProtectHome"] == "yes"
+    assert one["PrivateTmp"] == "no"  # libargus needs nvargus-daemon's /tmp/argus_socket
+    assert _values(text, "ReadWritePaths") == ["-/srv/edgert/camera"]
+    assert one["DevicePolicy"] == "closed"
+    allowed = _values(text, "DeviceAllow")
+    assert "char-video4linux rw" in allowed and "/dev/nvmap rw" in allowed and "/dev/nvhost-ctrl-gpu rw" in allowed
+    model = "/opt/edgert/models/nanodet-m-416-coco-v8layout.onnx"
+    assert _values(text, "ExecStartPre") == [
+        f"{edgert} build {model} --backend tensorrt --precision fp16 -o /var/cache/edgert/camera/"
+        "nanodet-m-416-coco-v8layout.engine"]
+    assert one["ExecStart"] == f"{edgert} run --config {EXAMPLE_CONFIG} --metrics 127.0.0.1:9400"
+
+
+def test_rtsp_pipeline_waits_for_the_network_and_keeps_tmp_private(tmp_path: Path) -> None:
+    edgert = _edgert_here()
+    config = _config(model={"path": "/home/op/models/m.onnx"}, source={"uri": "rtsp://cam.local:554/stream"},
+                     sinks=["jsonl://relative/out.jsonl", "out/annotated.mp4", "/data/clips/annotated.mp4"])
+    text = render_unit(config, UnitOptions(name="gate-2", config_path="/home/op/gate.yaml", edgert=edgert))
+    unit = tmp_path / "edgert-gate-2.service"
+    unit.write_text(text)
+    verify(unit)
+    assert _values(text, "After") == ["network-online.target"] == _values(text, "Wants")
+    assert _values(text, "PrivateTmp") == ["yes"]
+    assert _values(text, "ProtectHome") == ["read-only"]  # model and config live in a home directory
+    assert _values(text, "ReadWritePaths") == ["-/data/clips"]  # relative outputs go to the StateDirectory
+    assert _values(text, "WorkingDirectory") == ["/var/lib/edgert/gate-2"]
+    assert _values(text, "ExecStartPre") == []  # onnxruntime (auto) builds nothing
+
+
+def test_file_pipeline_with_odd_paths_is_quoted(tmp_path: Path) -> None:
+    edgert = _edgert_here()
+    config = _config(model={"path": "/srv/models/m.onnx", "backend": "tensorrt", "engine_cache": "/srv/engines"},
+                     source={"uri": "/srv/in/video.avi"}, sinks=["jsonl:///srv/out/d.jsonl"])
+    cfg_dir = tmp_path / "my configs"
+    text = render_unit(config, UnitOptions(name="odd", config_path=f"{cfg_dir}/100%.yaml", edgert=edgert))
+    unit = tmp_path / "edgert-odd.service"
+    unit.write_text(text)
+    verify(unit)
+    assert _values(text, "After") == []
+    assert _values(text, "ReadWritePaths") == ["-/srv/engines", "-/srv/out"]
+    assert f'"{cfg_dir}/100%%.yaml"' in _values(text, "ExecStart")[0]
+    assert _values(text, "ExecStartPre")[0].endswith("-o /srv/engines/m.engine")
+
+
+def test_the_rendered_unit_is_what_systemd_would_reject_when_broken(tmp_path: Path) -> None:
+    """The verifier is a real check: a unit with a missing executable fails it."""
+    config = _config(model={"path": "/srv/m.onnx"}, source={"uri": "/srv/v.avi"})
+    unit = tmp_path / "edgert-broken.service"
+    unit.write_text(render_unit(config, UnitOptions(name="broken", config_path="/srv/c.yaml",
+                                                    edgert="/nonexistent/bin/edgert")))
+    with pytest.raises(AssertionError, match="is not executable"):
+        verify(unit)
+
+
+@pytest.mark.parametrize(("uri", "kind"), [
+    ("csi://0", "csi"), ("gst://nvarguscamerasrc ! appsink", "csi"), ("rtsp://h/s", "network"),
+    ("https://h/s.m3u8", "network"), ("gst://rtspsrc location=rtsp://h ! appsink", "network"),
+    ("v4l2:///dev/video1", "camera"), ("/dev/video0", "camera"), ("0", "camera"), ("in/*.jpg", "file"),
+    ("clip.mp4", "file"),
+])
+def test_source_kinds(uri: str, kind: str) -> None:
+    assert source_kind(uri) == kind
+
+
+def test_rtsp_output_also_waits_for_the_network() -> None:
+    config = _config(model={"path": "/m.onnx"}, source={"uri": "/dev/video0"}, sinks=["rtsp://mediamtx:8554/out"])
+    text = render_unit(config, UnitOptions(name="pub", config_path="/c.yaml", edgert="/usr/bin/edgert"))
+    assert _values(text, "After") == ["network-online.target"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (UnitOptions(name="bad name", config_path="/c.yaml", edgert="/e"), "service name"),
+    (UnitOptions(name="x", config_path="c.yaml", edgert="/e"), "must be absolute"),
+    (UnitOptions(name="x", config_path="/c.yaml", edgert="edgert"), "must be absolute"),
+    (UnitOptions(name="x", config_path="/c.yaml", edgert="/e", watchdog_s=0), "positive"),
+])
+def test_bad_options_are_service_errors(options: UnitOptions, message: str) -> None:
+    with pytest.raises(ServiceError, match=message):
+        render_unit(_config(), options)
+
+
+def test_jetson_example_unit_is_rendered_from_the_packaged_template() -> None:
+    """jetson/edgert-camera.service is generated; the template in the package is the one source."""
+    text = render_unit(load_config(EXAMPLE_CONFIG), EXAMPLE_OPTIONS)
+    if os.environ.get("EDGERT_WRITE_EXAMPLE") == "1":
+        EXAMPLE_UNIT.write_text(text)
+    assert EXAMPLE_UNIT.read_text() == text, (
+        "jetson/edgert-camera.service is out of date: EDGERT_WRITE_EXAMPLE=1 pytest tests/service/test_unit.py")
+    assert "@NAME@" in template_text()
+
+
+def test_jetson_env_example_is_the_packaged_one() -> None:
+    from importlib import resources
+
+    packaged = (resources.files("edgert.service") / "templates" / "edgert.env").read_text()
+    assert (ROOT / "jetson" / "edgert.env").read_text() == packaged
+
+
+def test_device_discovery_uses_groups_and_falls_back_to_nodes(tmp_path: Path) -> None:
+    # This machine's real nodes: /dev/null is in the broad 'mem' group, so it is allowed by path.
+    assert discover_device_allow(["/dev/null", "/dev/does-not-exist*"]) == ["/dev/null rw"]
+    # With a driver group of its own, a node is allowed by group (covers nodes plugged in later).
+    proc_devices = tmp_path / "devices"
+    proc_devices.write_text(f"Character devices:\n  {os.major(os.stat('/dev/null').st_rdev)} fakecam\n\n"
+                            "Block devices:\n  7 loop\n")
+    assert discover_device_allow(["/dev/null", "/dev/zero"], str(proc_devices)) == ["char-fakecam rw"]
+    assert discover_device_allow([str(proc_devices)]) == []  # a regular file is no device
+    assert "char-video4linux rw" in DEFAULT_DEVICE_ALLOW
