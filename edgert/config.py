@@ -20,6 +20,7 @@ import yaml
 from edgert.errors import ConfigError
 
 __all__ = [
+    "AsrConfig",
     "DecodeConfig",
     "FieldError",
     "ModelConfig",
@@ -28,6 +29,9 @@ __all__ = [
     "PreprocessConfig",
     "RuntimeConfig",
     "SourceConfig",
+    "SpeechConfig",
+    "VadConfig",
+    "WakeWordConfig",
     "from_mapping",
     "load_config",
 ]
@@ -140,6 +144,77 @@ class PowerConfig:
 
 
 @dataclass(frozen=True)
+class VadConfig:
+    """Silero VAD: hysteresis thresholds and segment timing (seconds)."""
+
+    model: str = ""
+    threshold: float = 0.5
+    neg_threshold: float | None = None  # None: threshold - 0.15, as silero-vad does
+    min_speech_s: float = 0.25
+    min_silence_s: float = 0.5
+    pad_s: float = 0.1
+    max_speech_s: float = 28.0  # Whisper reads at most 30 s at once
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold < 1.0, "threshold", f"expected 0..1, got {self.threshold}")
+        if self.neg_threshold is not None:
+            _check(0.0 <= self.neg_threshold <= self.threshold, "neg_threshold",
+                   f"expected 0..threshold ({self.threshold}), got {self.neg_threshold}")
+        for name in ("min_speech_s", "min_silence_s", "pad_s"):
+            _check(getattr(self, name) >= 0, name, f"expected seconds >= 0, got {getattr(self, name)}")
+        _check(self.min_speech_s < self.max_speech_s <= 30.0, "max_speech_s",
+               f"expected min_speech_s < max_speech_s <= 30, got {self.max_speech_s}")
+
+
+@dataclass(frozen=True)
+class WakeWordConfig:
+    """openWakeWord: classifier models (one per word), the shared front end, firing rules."""
+
+    models: tuple[str, ...] = ()
+    melspec: str = ""  # "": melspectrogram.onnx beside the first word model
+    embedding: str = ""  # "": embedding_model.onnx beside the first word model
+    threshold: float = 0.5
+    refractory_s: float = 2.0
+    listen_s: float = 8.0  # in a chain, speech starting this long after a wake word is transcribed
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold <= 1.0, "threshold", f"expected 0..1, got {self.threshold}")
+        _check(self.refractory_s >= 0, "refractory_s", f"expected seconds >= 0, got {self.refractory_s}")
+        _check(self.listen_s > 0, "listen_s", f"expected seconds > 0, got {self.listen_s}")
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    """Whisper: a folder holding encoder.onnx, decoder.onnx and tokenizer.json."""
+
+    model: str = ""
+    max_tokens: int = 224
+    decoder: Literal["auto", "exact", "bucketed"] = "auto"
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.max_tokens <= 254, "max_tokens", f"expected 1..254, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class SpeechConfig:
+    """The speech chain (vad -> wakeword -> asr); () runs the stage of ``task`` (after vad if it has a model)."""
+
+    chain: tuple[Literal["vad", "wakeword", "asr"], ...] = ()
+    chunk_samples: int = 512  # 32 ms at 16 kHz: one VAD window
+    vad: VadConfig = field(default_factory=VadConfig)
+    wakeword: WakeWordConfig = field(default_factory=WakeWordConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.chunk_samples >= 1, "chunk_samples", f"expected >= 1, got {self.chunk_samples}")
+        order = ("vad", "wakeword", "asr")
+        _check(len(set(self.chain)) == len(self.chain) and list(self.chain) == sorted(self.chain, key=order.index),
+               "chain", f"expected stages in the order vad, wakeword, asr, each once; got {', '.join(self.chain)}")
+        _check("wakeword" not in self.chain or "asr" not in self.chain or "vad" in self.chain, "chain",
+               "a wake word gates speech recognition through VAD segments: put vad first")
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     task: Literal["detect", "vad", "wakeword", "asr"] = "detect"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -149,6 +224,7 @@ class PipelineConfig:
     sinks: tuple[str, ...] = ()
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
+    speech: SpeechConfig = field(default_factory=SpeechConfig)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""Whisper transcription: log-mel -> encoder -> greedy decoding with the tokenizer in tokenizer.json.
+
+The model folder holds ``encoder.onnx`` (``mel`` [1,80,3000] -> ``encoder_out`` [1,1500,384]),
+``decoder.onnx`` (``tokens`` int64 [1,n] + ``encoder_out`` -> ``logits`` [1,n,vocab], no KV cache)
+and ``tokenizer.json`` (Hugging Face tokenizers format).
+
+The encoder has fixed shapes and runs through an ordinary :class:`~edgert.backends.Session`, so any
+backend (TensorRT FP16 on a Jetson) can take it. The decoder's token axis grows by one every step,
+while a Session allocates its buffers once for one shape. Two ways are offered:
+
+* ``exact`` (the default on ONNX Runtime): one ONNX Runtime session fed the true length each step.
+  Reopening a Session per length would reload the 60 MB decoder for every token.
+* ``bucketed`` (the default on every other backend): fixed-shape Sessions for a few lengths
+  (16, 32, 64, ...), opened when first needed, with the tail padded. The decoder is causal, so the
+  logits at position ``n-1`` do not depend on the padding; a static-shape engine per bucket is what
+  TensorRT builds best.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from edgert._lazy import lazy_import
+from edgert.backends import Session, SessionOptions, open_session
+from edgert.backends.onnxruntime import load_ort_session
+from edgert.errors import BackendError, InputError, ModelError
+from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
+from edgert.speech.results import SpeechSegment, Transcript
+
+__all__ = ["END_TOKEN", "START_TOKENS", "Transcriber", "whisper_files"]
+
+log = logging.getLogger(__name__)
+
+#: <|startoftranscript|>, <|notimestamps|> for the English-only models; <|endoftext|> ends the text.
+START_TOKENS: tuple[int, ...] = (50257, 50362)
+END_TOKEN = 50256
+BLANK_TOKEN = 220  # "Ġ": Whisper never lets the text start with a bare space
+MAX_TOKENS = 224  # Whisper's sample_len: half the decoder's 448-token context
+_BUCKETS = (16, 32, 64, 128, 256)
+
+
+def whisper_files(model_dir: str | Path) -> tuple[Path, Path, Path]:
+    """encoder.onnx, decoder.onnx and tokenizer.json of a Whisper folder, or a one-line ModelError."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise ModelError(f"{d}: a Whisper model is a folder holding encoder.onnx, decoder.onnx and tokenizer.json")
+    files = (d / "encoder.onnx", d / "decoder.onnx", d / "tokenizer.json")
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ModelError(f"{d}: Whisper folder lacks {', '.join(missing)} (needs encoder.onnx, decoder.onnx, "
+                         "tokenizer.json)")
+    return files
+
+
+class _Decoder(Protocol):
+    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray: ...
+    def set_encoder_out(self, encoder_out: np.ndarray) -> None: ...
+    def close(self) -> None: ...
+
+
+def _check_decoder_inputs(path: Path, names: list[str]) -> None:
+    if sorted(names) != ["encoder_out", "tokens"]:
+        raise ModelError(f"{path}: not a Whisper decoder without KV cache: inputs are {', '.join(names)}; "
+                         "expected tokens, encoder_out")
+
+
+class _ExactOrtDecoder:
+    """One ONNX Runtime session, run on the true token count each step."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self._sess: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
+        _check_decoder_inputs(path, [i.name for i in self._sess.get_inputs()])
+        self._out = self._sess.get_outputs()[0].name
+        self._encoder_out: np.ndarray | None = None
+
+    def set_encoder_out(self, encoder_out: np.ndarray) -> None:
+        self._encoder_out = encoder_out
+
+    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+        try:
+            logits = self._sess.run([self._out], {"tokens": tokens[:, :n], "encoder_out": self._encoder_out})[0]
+        except Exception as exc:  # onnxruntime's pybind11 exception types
+            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
+        out: np.ndarray = logits[0, n - 1]
+        return out
+
+    def close(self) -> None:
+        self._sess = None
+
+
+class _BucketedDecoder:
+    """Fixed-shape Sessions for a few token lengths; the tail is padded (the decoder is causal)."""
+
+    def __init__(self, path: Path, backend: str, threads: int) -> None:
+        self._path = path
+        self._backend = backend
+        self._threads = threads
+        self._sessions: dict[int, Session] = {}
+        self._fresh: set[int] = set()  # buckets whose encoder_out buffer holds the current utterance
+        self._encoder_out: np.ndarray | None = None
+
+    def _session(self, length: int) -> Session:
+        sess = self._sessions.get(length)
+        if sess is None:
+            opts = SessionOptions(threads=self._threads, shapes={"tokens": (1, length)})
+            sess = open_session(self._path, self._backend, opts)
+            _check_decoder_inputs(self._path, [s.name for s in sess.input_specs])
+            self._sessions[length] = sess
+        return sess
+
+    def set_encoder_out(self, encoder_out: np.ndarray) -> None:
+        self._encoder_out = encoder_out
+        self._fresh.clear()
+
+    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+        length = next((b for b in _BUCKETS if b >= n), _BUCKETS[-1])
+        sess = self._session(length)
+        if length not in self._fresh and self._encoder_out is not None:
+            np.copyto(sess.inputs["encoder_out"], self._encoder_out)
+            self._fresh.add(length)
+        buf = sess.inputs["tokens"]
+        buf.fill(END_TOKEN)
+        buf[0, :n] = tokens[0, :n]
+        out: np.ndarray = sess.infer()[sess.output_specs[0].name][0, n - 1]
+        return out
+
+    def close(self) -> None:
+        for sess in self._sessions.values():
+            sess.close()
+        self._sessions.clear()
+
+
+class Transcriber:
+    """Whisper (tiny.en and other English-only exports) with greedy decoding.
+
+    ``transcribe(audio)`` takes 16 kHz mono float32 audio and returns a :class:`Transcript`; audio
+    longer than 30 s is read in consecutive 30 s windows. ``transcribe_segment`` keeps a VAD
+    segment's times.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        backend: str = "auto",
+        threads: int = 0,
+        max_tokens: int = MAX_TOKENS,
+        decoder: Literal["auto", "exact", "bucketed"] = "auto",
+    ) -> None:
+        enc_path, dec_path, tok_path = whisper_files(model_dir)
+        if not 1 <= max_tokens <= _BUCKETS[-1] - len(START_TOKENS):
+            raise InputError(f"max_tokens must be 1..{_BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
+        tokenizers = lazy_import("tokenizers", "Whisper's tokenizer")
+        try:
+            self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
+        except Exception as exc:  # tokenizers raises a plain Exception subclass from Rust
+            raise ModelError(f"{tok_path}: cannot read the tokenizer: {str(exc).splitlines()[0]}") from exc
+        self.max_tokens = max_tokens
+        self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
+        try:
+            self._check_encoder(enc_path)
+            if decoder == "auto":
+                decoder = "exact" if self.encoder.backend_name == "onnxruntime" else "bucketed"
+            self.decoder_mode = decoder
+            self._decoder: _Decoder = (
+                _ExactOrtDecoder(dec_path, threads) if decoder == "exact"
+                else _BucketedDecoder(dec_path, backend, threads)
+            )
+        except BaseException:
+            self.encoder.close()
+            raise
+        self._features = WhisperFeatures(self._n_mels)
+        self._tokens = np.zeros((1, len(START_TOKENS) + max_tokens), dtype=np.int64)
+        self._suppress: np.ndarray | None = None
+
+    def _check_encoder(self, path: Path) -> None:
+        specs = self.encoder.input_specs
+        if len(specs) != 1 or len(specs[0].shape) != 3 or specs[0].shape[2] != N_FRAMES:
+            got = ", ".join(s.describe() for s in specs)
+            raise ModelError(f"{path}: not a Whisper encoder: inputs are {got}; expected mel float32[1,80,3000]")
+        mels = specs[0].shape[1]
+        self._n_mels = mels if isinstance(mels, int) and mels > 0 else 80
+        self._mel_name = specs[0].name
+        self._enc_out_name = self.encoder.output_specs[0].name
+
+    def _suppress_mask(self, vocab: int) -> np.ndarray:
+        if self._suppress is None or self._suppress.shape[0] != vocab:
+            mask = np.zeros(vocab, dtype=bool)
+            mask[END_TOKEN + 1 :] = True  # every special token after <|endoftext|>: sot, notimestamps, times
+            self._suppress = mask
+        return self._suppress
+
+    def _decode_window(self, audio: np.ndarray) -> tuple[list[int], bool]:
+        self._features(audio, out=self.encoder.inputs[self._mel_name])
+        encoder_out = self.encoder.infer()[self._enc_out_name]
+        self._decoder.set_encoder_out(encoder_out)
+        toks = self._tokens
+        n = len(START_TOKENS)
+        toks[0, :n] = START_TOKENS
+        out: list[int] = []
+        for step in range(self.max_tokens):
+            logits = self._decoder.last_logits(toks, n)
+            logits = np.where(self._suppress_mask(logits.shape[0]), -np.inf, logits)
+            if step == 0:  # Whisper's SuppressBlank: no empty text, no leading space
+                logits[BLANK_TOKEN] = -np.inf
+                logits[END_TOKEN] = -np.inf
+            token = int(np.argmax(logits))
+            if token == END_TOKEN:
+                return out, False
+            out.append(token)
+            toks[0, n] = token
+            n += 1
+        log.warning("Whisper stopped at max_tokens=%d before the end token", self.max_tokens)
+        return out, True
+
+    def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "") -> Transcript:
+        """Transcribe 16 kHz mono float32 ``audio`` that starts at ``start`` seconds of ``stream``."""
+        x = np.asarray(audio)
+        if x.ndim != 1 or x.dtype != np.float32:
+            raise InputError(f"Whisper input: expected float32 [samples] at 16 kHz, got {x.dtype}{list(x.shape)}")
+        tokens: list[int] = []
+        truncated = False
+        for off in range(0, max(len(x), 1), N_SAMPLES):
+            window_tokens, cut = self._decode_window(x[off : off + N_SAMPLES])
+            tokens += window_tokens
+            truncated = truncated or cut
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        return Transcript(text=text, start=start, end=start + len(x) / SAMPLE_RATE, tokens=tuple(tokens),
+                          stream=stream, truncated=truncated)
+
+    def transcribe_segment(self, segment: SpeechSegment) -> Transcript:
+        """Transcribe a VAD segment (it must carry its audio); the transcript keeps its times."""
+        if segment.audio is None:
+            raise InputError("SpeechSegment has no audio: the VAD must keep segment audio for transcription")
+        t = self.transcribe(segment.audio, segment.start, segment.stream)
+        return Transcript(text=t.text, start=segment.start, end=segment.end, tokens=t.tokens,
+                          stream=segment.stream, truncated=t.truncated)
+
+    def close(self) -> None:
+        self.encoder.close()
+        self._decoder.close()
+
+    def __enter__(self) -> Transcriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,329 @@
+"""The speech chain: VAD -> wake word -> Whisper, each stage gating the next.
+
+* ``vad`` turns chunks into speech segments (each keeps its audio).
+* ``wakeword`` listens only while the VAD hears speech (with half a second of pre-roll, so the start
+  of the word is not lost to the VAD's trigger delay).
+* ``asr`` transcribes VAD segments: all of them, or with a wake-word stage only those that contain a
+  wake word or start within ``listen_s`` after one. Without a VAD stage it transcribes whole streams
+  in 30 s windows.
+
+Per-stage busy time gives the real-time factor (processing seconds per second of audio) and the share
+of the audio Whisper actually ran on, the figures that say whether a board keeps up. For live sources
+Whisper runs on a worker thread with a bounded queue, so the microphone is read while it works.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgert.errors import ConfigError, EdgertError
+from edgert.speech.asr import Transcriber
+from edgert.speech.audio import SAMPLE_RATE, AudioChunk, AudioSource
+from edgert.speech.features import N_SAMPLES
+from edgert.speech.results import SpeechSegment, Transcript, WakeEvent
+from edgert.speech.vad import VoiceActivity
+from edgert.speech.wakeword import WakeWord
+
+__all__ = ["SpeechChain", "StageStats"]
+
+log = logging.getLogger(__name__)
+
+PREROLL_S = 0.5
+Event = SpeechSegment | WakeEvent | Transcript
+
+
+@dataclass
+class StageStats:
+    """Busy time of one stage, and the audio it was given."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    audio_seconds: float = 0.0
+
+    def to_dict(self, total_audio: float) -> dict[str, Any]:
+        return {"calls": self.calls, "seconds": round(self.seconds, 4), "audio_seconds": round(self.audio_seconds, 3),
+                "rtf": round(self.seconds / total_audio, 4) if total_audio else None}
+
+
+class SpeechChain:
+    """Run ``vad``, ``wakeword`` and ``asr`` (any may be None) over audio chunks, emitting events."""
+
+    def __init__(
+        self,
+        vad: VoiceActivity | None = None,
+        wakeword: WakeWord | None = None,
+        asr: Transcriber | None = None,
+        listen_s: float = 8.0,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        if vad is None and wakeword is None and asr is None:
+            raise ConfigError("speech chain: no stage to run (vad, wakeword, asr)")
+        if wakeword is not None and asr is not None and vad is None:
+            raise ConfigError("speech chain: a wake word gates Whisper through VAD segments: add a VAD stage")
+        self.vad = vad
+        self.wakeword = wakeword
+        self.asr = asr
+        self.listen_s = listen_s
+        self.on_event = on_event
+        self.stats = {name: StageStats() for name, stage in (("vad", vad), ("wakeword", wakeword), ("asr", asr))
+                      if stage is not None}
+        self.audio_seconds = 0.0
+        self.chunks = 0
+        self.counts = {"segment": 0, "wake": 0, "transcript": 0, "skipped_segments": 0, "dropped_segments": 0}
+        self._stream = ""
+        self._preroll: deque[AudioChunk] = deque()
+        self._was_speech = False
+        self._last_wake: float | None = None
+        self._whole: list[np.ndarray] = []  # without VAD: the stream's audio waiting for Whisper
+        self._whole_start = 0.0
+        self._worker: _AsrWorker | None = None
+        self._lock = threading.Lock()
+
+    # -- events ------------------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        kind = event.to_dict()["type"]
+        with self._lock:
+            self.counts[kind] += 1
+            if self.on_event is not None:
+                self.on_event(event)
+
+    def _timed(self, name: str, fn: Callable[[], Any], audio_seconds: float) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            st = self.stats[name]
+            st.calls += 1
+            st.seconds += time.perf_counter() - t0
+            st.audio_seconds += audio_seconds
+
+    # -- the per-chunk work ------------------------------------------------------------------------
+    def process(self, chunk: AudioChunk) -> None:
+        """Feed one chunk through the chain; events go to ``on_event`` as they happen."""
+        if chunk.stream != self._stream:
+            self._new_stream(chunk.stream)
+        self.chunks += 1
+        self.audio_seconds += chunk.duration
+        segments: list[SpeechSegment] = []
+        if self.vad is not None:
+            vad = self.vad
+            segments = self._timed("vad", lambda: vad.process(chunk), chunk.duration)
+        if self.wakeword is not None:
+            self._wakeword(chunk)
+        for seg in segments:
+            self._emit(seg)
+            self._maybe_transcribe(seg)
+        if self.asr is not None and self.vad is None:
+            self._whole_stream(chunk)
+
+    def _new_stream(self, stream: str) -> None:
+        self._stream = stream
+        self._preroll.clear()
+        self._was_speech = False
+        self._last_wake = None
+        self._whole = []
+        self._whole_start = 0.0
+
+    def _wakeword(self, chunk: AudioChunk) -> None:
+        ww = self.wakeword
+        if ww is None:
+            return
+        in_speech = self.vad is None or self.vad.in_speech
+        feed: list[AudioChunk] = []
+        if in_speech:
+            if not self._was_speech:
+                feed.extend(self._preroll)
+                self._preroll.clear()
+            feed.append(chunk)
+        else:
+            self._preroll.append(chunk)
+            while sum(c.duration for c in self._preroll) > PREROLL_S:
+                self._preroll.popleft()
+        self._was_speech = in_speech
+        for c in feed:
+            events: list[WakeEvent] = self._timed("wakeword", lambda c=c: ww.process(c), c.duration)  # type: ignore[misc]
+            for ev in events:
+                self._last_wake = ev.time
+                self._emit(ev)
+
+    def _maybe_transcribe(self, seg: SpeechSegment) -> None:
+        if self.asr is None:
+            return
+        if self.wakeword is not None:
+            last = self._last_wake
+            if last is None or not (seg.start - 0.5 <= last <= seg.end + 0.5 or 0 <= seg.start - last <= self.listen_s):
+                self.counts["skipped_segments"] += 1
+                return
+        if self._worker is not None:
+            self._worker.submit(seg)
+        else:
+            self._transcribe(seg)
+
+    def _transcribe(self, seg: SpeechSegment) -> None:
+        asr = self.asr
+        if asr is None:
+            return
+        transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg), seg.duration)
+        self._emit(transcript)
+
+    def _whole_stream(self, chunk: AudioChunk) -> None:
+        if not self._whole:
+            self._whole_start = chunk.start
+        self._whole.append(chunk.samples)
+        held = sum(len(a) for a in self._whole)
+        if held >= N_SAMPLES or chunk.last:
+            self._flush_whole()
+
+    def _flush_whole(self) -> None:
+        if not self._whole:
+            return
+        audio = np.concatenate(self._whole).astype(np.float32, copy=False)
+        self._whole = []
+        start = self._whole_start
+        seg = SpeechSegment(start=start, end=start + len(audio) / SAMPLE_RATE, probability=1.0, stream=self._stream,
+                            audio=audio)
+        self._whole_start = seg.end
+        if self._worker is not None:
+            self._worker.submit(seg)
+        else:
+            self._transcribe(seg)
+
+    def flush(self) -> None:
+        """End of input: close an open segment and transcribe what is waiting."""
+        if self.vad is not None:
+            vad = self.vad
+            for seg in self._timed("vad", vad.flush, 0.0):
+                self._emit(seg)
+                self._maybe_transcribe(seg)
+        elif self.asr is not None:
+            self._flush_whole()
+
+    # -- a whole run -------------------------------------------------------------------------------
+    def run(self, source: AudioSource, max_chunks: int | None = None) -> dict[str, Any]:
+        """Read ``source`` to its end (or ``max_chunks`` chunks, or Ctrl-C); return the summary."""
+        stopped_by = "end of input"
+        t0 = time.perf_counter()
+        if source.live and self.asr is not None:
+            self._worker = _AsrWorker(self)
+        try:
+            for chunk in source:
+                self.process(chunk)
+                if max_chunks is not None and self.chunks >= max_chunks:
+                    stopped_by = "max_frames"
+                    break
+        except KeyboardInterrupt:
+            stopped_by = "interrupted"
+        finally:
+            try:
+                self.flush()
+            finally:
+                if self._worker is not None:
+                    self._worker.close()
+                    self._worker = None
+        wall = time.perf_counter() - t0
+        return self.summary(source, wall, stopped_by)
+
+    def summary(self, source: AudioSource | None = None, wall: float = 0.0, stopped_by: str = "") -> dict[str, Any]:
+        audio = self.audio_seconds
+        busy = sum(s.seconds for s in self.stats.values())
+        asr = self.stats.get("asr")
+        out: dict[str, Any] = {
+            "chain": list(self.stats),
+            "source": source.stats() if source is not None else None,
+            "chunks": self.chunks,
+            "audio_seconds": round(audio, 3),
+            "busy_seconds": round(busy, 3),
+            "wall_seconds": round(wall, 3),
+            "rtf": round(busy / audio, 4) if audio else None,
+            "wall_rtf": round(wall / audio, 4) if audio and wall else None,
+            "whisper_audio_seconds": round(asr.audio_seconds, 3) if asr else 0.0,
+            "whisper_share": round(asr.audio_seconds / audio, 4) if asr and audio else 0.0,
+            "segments": self.counts["segment"],
+            "wake_events": self.counts["wake"],
+            "transcripts": self.counts["transcript"],
+            "skipped_segments": self.counts["skipped_segments"],
+            "dropped_segments": self.counts["dropped_segments"],
+            "stages": {name: st.to_dict(audio) for name, st in self.stats.items()},
+            "stopped_by": stopped_by,
+        }
+        if self.vad is not None:
+            out["stages"]["vad"]["windows"] = self.vad.windows
+        if self.wakeword is not None:
+            out["stages"]["wakeword"]["steps"] = self.wakeword.steps
+        return out
+
+    def close(self) -> None:
+        for stage in (self.vad, self.wakeword, self.asr):
+            if stage is not None:
+                stage.close()
+
+    def __enter__(self) -> SpeechChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AsrWorker:
+    """Whisper on its own thread for live sources; when it falls behind, the oldest segment is dropped."""
+
+    def __init__(self, chain: SpeechChain, depth: int = 4) -> None:
+        self._chain = chain
+        self._queue: queue.Queue[SpeechSegment | None] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="edgert-whisper", daemon=True)
+        self._thread.start()
+
+    def submit(self, seg: SpeechSegment) -> None:
+        if self.error is not None:
+            raise self.error
+        while True:
+            try:
+                self._queue.put_nowait(seg)
+                return
+            except queue.Full:
+                try:
+                    self._queue.get_nowait()
+                    self._chain.counts["dropped_segments"] += 1
+                except queue.Empty:
+                    pass
+
+    def _loop(self) -> None:
+        while True:
+            seg = self._queue.get()
+            if seg is None:
+                return
+            try:
+                self._chain._transcribe(seg)
+            except EdgertError as exc:  # reported to the reading thread on its next submit / close
+                self.error = exc
+                return
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def iter_events(chain: SpeechChain, chunks: Iterable[AudioChunk]) -> list[Event]:
+    """Every event of ``chunks`` (a helper for tests and notebooks)."""
+    events: list[Event] = []
+    previous = chain.on_event
+    chain.on_event = events.append
+    try:
+        for c in chunks:
+            chain.process(c)
+        chain.flush()
+    finally:
+        chain.on_event = previous
+    return events

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Word error rate of Whisper (through edgert.speech) on the LibriVox clips of the assets.
+
+Usage: python scripts/wer.py [--model DIR] [--audio DIR] [--json OUT]
+Reads ``transcription`` (CMU Sphinx format: ``<s> words </s> (fileid)``), transcribes each WAV with
+greedy decoding, prints per-clip lines and the corpus WER (lower case, punctuation stripped). With
+``--vad`` the clips go through the VAD -> ASR chain instead of whole-clip transcription.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from edgert.speech import Transcriber, normalize_text, open_audio, wer, word_errors  # noqa: E402
+
+
+def read_transcription(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\s*(?:<s>)?(.*?)(?:</s>)?\s*\(([^)]+)\)\s*$", line)
+        if m:
+            out[m.group(2)] = m.group(1).strip()
+    return out
+
+
+def main() -> int:
+    assets = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(assets / "models/speech/whisper-tiny.en"))
+    ap.add_argument("--audio", default=str(assets / "audio/librivox"))
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+
+    audio_dir = Path(args.audio)
+    refs = read_transcription(audio_dir / "transcription")
+    clips = sorted(audio_dir.glob("*.wav"))
+    if not clips:
+        print(f"no WAV files in {audio_dir}", file=sys.stderr)
+        return 1
+    references, hypotheses, rows = [], [], []
+    with Transcriber(args.model, backend="onnxruntime", threads=args.threads) as asr:
+        for clip in clips:
+            with open_audio(str(clip)) as src:
+                audio = src.read_all()
+            t0 = time.perf_counter()
+            text = asr.transcribe(audio).text
+            dt = time.perf_counter() - t0
+            ref = refs.get(clip.stem, "")
+            errors = word_errors(normalize_text(ref), normalize_text(text))
+            print(f"{clip.name}: {errors}/{len(normalize_text(ref))} errors  rtf {dt / (len(audio) / 16000):.2f}")
+            print(f"  ref: {ref}\n  hyp: {text}")
+            references.append(ref)
+            hypotheses.append(text)
+            rows.append({"clip": clip.name, "reference": ref, "hypothesis": text, "errors": errors, "seconds": dt})
+    score = wer(references, hypotheses)
+    words = sum(len(normalize_text(r)) for r in references)
+    print(f"WER {score * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"wer": score, "words": words, "clips": rows}, indent=2))
+    return 0 if score <= 0.10 else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
