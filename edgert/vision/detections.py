@@ -64,9 +64,7 @@ class Detections:
 
     @classmethod
     def empty(cls, names: Sequence[str] = ()) -> Detections:
-        return cls(
-            np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32), tuple(names)
-        )
+        return cls(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32), tuple(names))
 
     def class_name(self, class_id: int) -> str:
         """The name of ``class_id`` from the table, or the id itself when the table lacks it."""

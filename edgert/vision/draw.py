@@ -11,8 +11,26 @@ __all__ = ["class_color", "draw_detections"]
 
 # A fixed palette (Ultralytics' colours, BGR) so a class keeps its colour across frames and runs.
 _PALETTE_HEX = (
-    "FF3838", "FF9D97", "FF701F", "FFB21D", "CFD231", "48F90A", "92CC17", "3DDB86", "1A9334", "00D4BB",
-    "2C99A8", "00C2FF", "344593", "6473FF", "0018EC", "8438FF", "520085", "CB38FF", "FF95C8", "FF37C7",
+    "FF3838",
+    "FF9D97",
+    "FF701F",
+    "FFB21D",
+    "CFD231",
+    "48F90A",
+    "92CC17",
+    "3DDB86",
+    "1A9334",
+    "00D4BB",
+    "2C99A8",
+    "00C2FF",
+    "344593",
+    "6473FF",
+    "0018EC",
+    "8438FF",
+    "520085",
+    "CB38FF",
+    "FF95C8",
+    "FF37C7",
 )
 _PALETTE: tuple[tuple[int, int, int], ...] = tuple(
     (int(h[4:6], 16), int(h[2:4], 16), int(h[0:2], 16)) for h in _PALETTE_HEX

@@ -113,8 +113,12 @@ class _Geometry:
         # resize straight into the canvas when the frame fills it; else into a scratch of the inner size
         self.resized: np.ndarray | None = None if self.full else np.empty((new_h, new_w, 3), np.uint8)
         self.transform = LetterboxTransform(
-            scale_x=new_w / src_w, scale_y=new_h / src_h, pad_x=float(left), pad_y=float(top),
-            src_width=src_w, src_height=src_h,
+            scale_x=new_w / src_w,
+            scale_y=new_h / src_h,
+            pad_x=float(left),
+            pad_y=float(top),
+            src_width=src_w,
+            src_height=src_h,
         )
 
 
@@ -151,7 +155,7 @@ class Preprocessor:
         self._alpha = np.array([scale / s for s in config.std], np.float32)
         self._beta = np.array([-m / s for m, s in zip(config.mean, config.std)], np.float32)
         self._identity = bool(np.all(self._alpha == 1.0) and np.all(self._beta == 0.0))
-        self._has_beta = bool(np.any(self._beta != 0.0))
+        self._uniform = bool(np.all(self._alpha == self._alpha[0]) and np.all(self._beta == self._beta[0]))
         self._src_channel = (2, 1, 0) if config.color == "rgb" else (0, 1, 2)
         if self.input_dtype == np.uint8 and not self._identity:
             raise ConfigError(
@@ -160,14 +164,25 @@ class Preprocessor:
             )
         self._letterbox = config.resize == "letterbox"
         self._pad = int(config.pad_value)
-        self._interp = self._cv2.INTER_LINEAR
-        # The padded image in BGR uint8, made once; and per-channel views of it, made once.
-        self._canvas = np.empty((self.height, self.width, 3), np.uint8)
-        self._channels = [self._canvas[:, :, c] for c in self._src_channel]
-        self._canvas_ordered = self._canvas[:, :, ::-1] if config.color == "rgb" else self._canvas
+        cv2 = self._cv2
+        self._interp = cv2.INTER_LINEAR
+        # Scratch images, made once: the padded frame (BGR), its three planes (NCHW) or its RGB copy (NHWC).
+        h, w = self.height, self.width
+        self._canvas = np.empty((h, w, 3), np.uint8)
+        self._planes = [np.empty((h, w), np.uint8) for _ in range(3)] if self.layout == "NCHW" else []
+        self._rgb = np.empty((h, w, 3), np.uint8) if self.layout == "NHWC" and config.color == "rgb" else None
         self._geom: _Geometry | None = None
         self._alpha_c = [float(a) for a in self._alpha]
         self._beta_c = [float(b) for b in self._beta]
+        self._alpha4 = (*self._alpha_c, 0.0)
+        self._beta4 = (*self._beta_c, 0.0)
+        # OpenCV's arithmetic converts uint8 -> float32/float16 with scale and offset in one SIMD pass,
+        # 2-5x faster than numpy here (numpy's float16 casts are slow). Older OpenCV builds lack some
+        # float16 arithmetic, so the first frame checks the OpenCV path against numpy and keeps numpy
+        # if it fails or differs.
+        depth = {np.dtype(np.float32): cv2.CV_32F, np.dtype(np.float16): cv2.CV_16F}.get(self.input_dtype)
+        self._cv_depth: int | None = None if self._identity else depth
+        self._cv_checked = self._cv_depth is None
 
     # -- resolution of what the model wants -------------------------------------------------------
     @staticmethod
@@ -175,9 +190,7 @@ class Preprocessor:
         if config.layout != "auto":
             want = 1 if config.layout == "NCHW" else 3
             if _fixed(spec.shape[want]) not in (None, 3):
-                raise ConfigError(
-                    f"preprocess.layout {config.layout} does not fit the model input {spec.describe()}"
-                )
+                raise ConfigError(f"preprocess.layout {config.layout} does not fit the model input {spec.describe()}")
             return config.layout
         c1, c3 = _fixed(spec.shape[1]), _fixed(spec.shape[3])
         if c1 == 3:
@@ -279,19 +292,68 @@ class Preprocessor:
         self._canvas[geom.region] = resized
 
     def _convert(self, sample: np.ndarray) -> None:
-        if self.layout == "NHWC":
-            if self._identity:
-                np.copyto(sample, self._canvas_ordered, casting="unsafe")
-                return
-            np.multiply(self._canvas_ordered, self._alpha, out=sample, dtype=np.float32, casting="same_kind")
-            if self._has_beta:
-                np.add(sample, self._beta, out=sample, casting="same_kind")
+        if not self._cv_checked:
+            self._check_cv(sample)
             return
-        for c, src in enumerate(self._channels):
-            dst = sample[c]
-            if self._identity:
-                np.copyto(dst, src, casting="unsafe")
-                continue
+        if self.layout == "NCHW":
+            self._cv2.split(self._canvas, self._planes)
+            for c in range(3):
+                self._plane(self._planes[self._src_channel[c]], sample[c], c)
+            return
+        src = (
+            self._canvas
+            if self._rgb is None
+            else self._cv2.cvtColor(self._canvas, self._cv2.COLOR_BGR2RGB, dst=self._rgb)
+        )
+        if self._identity:
+            np.copyto(sample, src, casting="unsafe")
+        elif self._cv_depth is None:
+            np.multiply(src, self._alpha, out=sample, dtype=np.float32, casting="same_kind")
+            if not np.all(self._beta == 0.0):
+                np.add(sample, self._beta, out=sample, casting="same_kind")
+        elif self._uniform:
+            self._into(
+                sample,
+                self._cv2.addWeighted(
+                    src, self._alpha_c[0], src, 0.0, self._beta_c[0], dst=sample, dtype=self._cv_depth
+                ),
+            )
+        else:
+            self._into(sample, self._cv2.multiply(src, self._alpha4, dst=sample, dtype=self._cv_depth))
+            self._into(sample, self._cv2.add(sample, self._beta4, dst=sample))
+
+    def _plane(self, src: np.ndarray, dst: np.ndarray, c: int) -> None:
+        """One channel: ``dst = src * alpha[c] + beta[c]`` in the output dtype."""
+        if self._identity:
+            np.copyto(dst, src, casting="unsafe")
+        elif self._cv_depth is not None:
+            r = self._cv2.addWeighted(src, self._alpha_c[c], src, 0.0, self._beta_c[c], dst=dst, dtype=self._cv_depth)
+            self._into(dst, r)
+        else:
             np.multiply(src, self._alpha_c[c], out=dst, dtype=np.float32, casting="same_kind")
             if self._beta_c[c] != 0.0:
                 np.add(dst, self._beta_c[c], out=dst, casting="same_kind")
+
+    @staticmethod
+    def _into(dst: np.ndarray, result: np.ndarray) -> None:
+        # OpenCV returns `dst` itself when it could write there; otherwise a new array to copy over.
+        if result is not dst:
+            np.copyto(dst, result, casting="same_kind")
+
+    def _check_cv(self, sample: np.ndarray) -> None:
+        """First frame only: run the OpenCV path, compare with numpy, keep whichever is right."""
+        self._cv_checked = True
+        depth, self._cv_depth = self._cv_depth, None
+        self._convert(sample)  # numpy reference
+        reference = sample.astype(np.float32)
+        self._cv_depth = depth
+        try:
+            self._convert(sample)
+            ok = np.allclose(sample.astype(np.float32), reference, rtol=2e-3, atol=2e-3)
+        except self._cv2.error as exc:
+            log.info("OpenCV cannot convert to %s here (%s); using numpy", self.input_dtype, exc)
+            ok = False
+        if not ok:
+            log.info("preprocessing with numpy: OpenCV's %s conversion did not match", self.input_dtype)
+            self._cv_depth = None
+            self._convert(sample)

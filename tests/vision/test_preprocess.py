@@ -84,6 +84,26 @@ def test_matches_reference(frame: np.ndarray, layout: str, dtype: str, kwargs: d
         np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize(("layout", "dtype", "kwargs"), [c for c in CASES if c[1] != "uint8"])
+def test_numpy_fallback_matches_reference(frame: np.ndarray, layout: str, dtype: str, kwargs: dict) -> None:
+    """The numpy path (kept for OpenCV builds without float16 arithmetic) gives the same input."""
+    cfg = PreprocessConfig(**kwargs)
+    pre = Preprocessor(cfg, spec(layout, 64, 96, dtype))
+    pre._cv_depth, pre._cv_checked = None, True
+    out = pre.allocate()
+    pre(frame, out)
+    tol = 2e-3 if dtype == "float16" else 1e-5
+    want = reference(frame, cfg, 64, 96, layout, dtype).astype(np.float32)
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=tol, atol=tol)
+
+
+def test_opencv_conversion_is_used_here() -> None:
+    for dtype in ("float32", "float16"):
+        pre = Preprocessor(PreprocessConfig(), spec("NCHW", 32, 32, dtype))
+        pre(np.zeros((8, 8, 3), np.uint8), pre.allocate())
+        assert pre._cv_depth is not None, f"OpenCV {cv2.__version__} fell back to numpy for {dtype}"
+
+
 def test_frame_size_changes_repaint_padding(frame: np.ndarray) -> None:
     """A tall frame after a wide one: no stale pixels of the first frame remain in the padding."""
     cfg = PreprocessConfig(color="bgr", scale=1.0)

@@ -124,8 +124,9 @@ def _single_output(specs: Sequence[TensorSpec]) -> TensorSpec | None:
 
 def _guess_kind(spec: TensorSpec, metadata: Mapping[str, str]) -> str | None:
     a, b = fixed(spec.shape[1]), fixed(spec.shape[2])
-    if b == 6 and (_meta_flag(metadata, "end2end") or _meta_flag(metadata, "nms") or a is None
-                   or a <= _END2END_MAX_ROWS):
+    if b == 6 and (
+        _meta_flag(metadata, "end2end") or _meta_flag(metadata, "nms") or a is None or a <= _END2END_MAX_ROWS
+    ):
         return "end2end"
     if a is not None and a >= 5 and (b is None or b > a):
         return "yolov8"
@@ -142,9 +143,7 @@ def make_decoder(
     specs = list(output_specs)
     task = metadata.get("task")
     if task and task != "detect":
-        raise ModelError(
-            f"this is an Ultralytics '{task}' model (metadata task); edgert decodes 'detect' models only"
-        )
+        raise ModelError(f"this is an Ultralytics '{task}' model (metadata task); edgert decodes 'detect' models only")
     kind: str = config.kind
     roles = _efficient_nms_roles(specs)
     single = _single_output(specs)
