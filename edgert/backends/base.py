@@ -32,6 +32,7 @@ class SessionOptions:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # concrete shapes for dynamic inputs
     device: int = 0  # GPU ordinal where it applies
     precision: str = "fp32"
+    cuda_graph: bool = False  # capture the model's launches once and replay them (backends that can)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ class OnnxRuntimeCudaSession(GpuSession):
             "has_user_compute_stream": "1",
             "user_compute_stream": str(stream.handle),
         })
+        if options.cuda_graph:
+            # ONNX Runtime captures the run into a CUDA graph after a warm-up and replays it; needs every
+            # node on the CUDA provider and fixed device addresses (IOBinding, as here).
+            provider[1]["enable_cuda_graph"] = "1"
         with device.active():
             self._sess: Any = load_ort_session(path, [provider], options.threads)
         providers = self._sess.get_providers()

@@ -1,11 +1,12 @@
 // edgert GPU decoding: the confidence filter, so only candidate boxes come back to the host.
 //
-// Each thread looks at one anchor. An anchor that passes the threshold takes a slot with atomicAdd
-// on the counter in header[0] and writes one row of EDGERT_CAND_COLS floats:
+// Each thread looks at one anchor. An anchor that passes the threshold takes a row with atomicAdd on
+// a device counter and writes one row of EDGERT_CAND_COLS floats:
 //   cx, cy, w, h, score, class id, anchor index, 0
 // Rows arrive in any order; the host sorts them by anchor index, so the result is the same set, in
 // the same order, as the numpy decoders in edgert.vision.decoders. When more anchors pass than there
-// are rows, header[0] still counts them all and the host falls back to decoding the whole output.
+// are rows, the counter still counts them all (edgert_take_count hands it to the host) and the host
+// falls back to decoding the whole output.
 // NMS stays on the host (the candidate count is small after the filter).
 //
 // Semantics are those of the CPU decoders, operation for operation:
@@ -16,7 +17,7 @@
 #define EDGERT_CAND_COLS 8
 
 extern "C" __global__ void edgert_filter_yolov8(const float* __restrict__ out, int num_classes, int n,
-                                                float conf, int capacity, int* __restrict__ header,
+                                                float conf, int capacity, int* __restrict__ counter,
                                                 float* __restrict__ rows) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -28,7 +29,7 @@ extern "C" __global__ void edgert_filter_yolov8(const float* __restrict__ out, i
         if (v > best) { best = v; cls = c; }
     }
     if (!(best > conf)) return;
-    const int k = atomicAdd(header, 1);
+    const int k = atomicAdd(counter, 1);
     if (k >= capacity) return;
     float* r = rows + (size_t)k * EDGERT_CAND_COLS;
     r[0] = out[i];
@@ -42,7 +43,7 @@ extern "C" __global__ void edgert_filter_yolov8(const float* __restrict__ out, i
 }
 
 extern "C" __global__ void edgert_filter_yolov5(const float* __restrict__ out, int num_classes, int n,
-                                                float conf, int capacity, int* __restrict__ header,
+                                                float conf, int capacity, int* __restrict__ counter,
                                                 float* __restrict__ rows) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -56,7 +57,7 @@ extern "C" __global__ void edgert_filter_yolov5(const float* __restrict__ out, i
         if (v > best) { best = v; cls = c; }
     }
     if (!(best > conf)) return;
-    const int k = atomicAdd(header, 1);
+    const int k = atomicAdd(counter, 1);
     if (k >= capacity) return;
     float* r = rows + (size_t)k * EDGERT_CAND_COLS;
     r[0] = a[0];
@@ -67,4 +68,14 @@ extern "C" __global__ void edgert_filter_yolov5(const float* __restrict__ out, i
     r[5] = (float)cls;
     r[6] = (float)i;
     r[7] = 0.0f;
+}
+
+// After a filter: hand the count to the host-visible header and reset the device counter for the next
+// frame (so no memset is needed, and no atomic ever touches host memory, which matters for zero-copy
+// buffers on discrete GPUs where atomics over PCIe are not guaranteed).
+extern "C" __global__ void edgert_take_count(int* __restrict__ counter, int* __restrict__ header) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        header[0] = *counter;
+        *counter = 0;
+    }
 }
