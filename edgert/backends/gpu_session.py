@@ -106,3 +106,4 @@ class GpuSession(Session):
             self.inputs = {name: np.empty(0) for name in self.inputs}
             self.outputs = {name: np.empty(0) for name in self.outputs}
             self._events = []
+            self.stream.raw = None  # pycuda objects must die with the context current, not at exit

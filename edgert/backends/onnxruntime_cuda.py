@@ -46,6 +46,8 @@ class OnnxRuntimeCudaSession(GpuSession):
             # ONNX Runtime captures the run into a CUDA graph after a warm-up and replays it; needs every
             # node on the CUDA provider and fixed device addresses (IOBinding, as here).
             provider[1]["enable_cuda_graph"] = "1"
+        # ORT 1.2x+ warns on stderr about plugin EP discovery for every CUDA session; errors still raise.
+        lazy_import("onnxruntime").set_default_logger_severity(3)
         with device.active():
             self._sess: Any = load_ort_session(path, [provider], options.threads)
         providers = self._sess.get_providers()
