@@ -113,6 +113,12 @@ def plan_install(config_path: str | Path, name: str, *, user: str = "edgert", un
         model = model if model.is_absolute() else config_abs.parent / model
         if not model.exists():
             log.warning("model %s does not exist here; the service will fail to start until it does", model)
+        if config.model.backend == "auto" and model.suffix.lower() == ".onnx" and for_this_machine:
+            from edgert._lazy import is_importable
+
+            if is_importable("tensorrt"):
+                log.warning("model.backend is auto: set it to tensorrt in %s so the service builds the engine "
+                            "once before it starts", config_abs)
     options = UnitOptions(
         name=name, config_path=str(config_abs), edgert=edgert or find_edgert(), user=user,
         env_file=env_file, metrics=metrics, watchdog_s=watchdog_s,

@@ -114,6 +114,8 @@ class MetricsObserver:
         with self._lock:
             for key in ("model", "backend", "source", "task"):
                 value = info.get(key) if isinstance(info, Mapping) else getattr(info, key, None)
+                if isinstance(value, Mapping):  # the pipeline describes its source as a dict with its uri
+                    value = value.get("uri")
                 if value is not None:
                     self._info[key] = value
             stats = info.get("stats") if isinstance(info, Mapping) else getattr(info, "stats", None)

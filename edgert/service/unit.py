@@ -28,6 +28,7 @@ __all__ = [
     "DEVICE_GLOBS",
     "UnitOptions",
     "discover_device_allow",
+    "engine_path",
     "output_paths",
     "render_unit",
     "template_text",
@@ -227,17 +228,15 @@ def discover_device_allow(globs: Sequence[str] = DEVICE_GLOBS, proc_devices: str
 # Rendering
 
 
-def _engine_prestart(config: PipelineConfig, opts: UnitOptions, model: Path | None) -> list[str]:
-    """ExecStartPre lines: build or reuse the engine before the pipeline starts."""
-    if model is None or model.suffix.lower() != ".onnx":
-        return []  # an engine file given directly, or no model: nothing to build
-    backend = config.model.backend
-    if backend not in ("tensorrt", "tensorrt-rtx"):
-        return []  # ONNX Runtime loads the ONNX file itself
-    engine = Path(config.model.engine_cache or f"/var/cache/edgert/{opts.name}") / (model.stem + ".engine")
-    argv = [opts.edgert, "build", str(model), "--backend", backend, "--precision", config.model.precision,
-            "-o", str(engine)]
-    return [f"ExecStartPre={_exec_line(argv)}"]
+def engine_path(config: PipelineConfig, name: str, model: Path | None) -> Path | None:
+    """Where the unit keeps the engine for an ONNX model served by TensorRT, or None (nothing to build).
+
+    The engine goes to the service's cache (``model.engine_cache``, else ``/var/cache/edgert/NAME``),
+    not beside the model: the model folder stays read-only for the service.
+    """
+    if model is None or model.suffix.lower() != ".onnx" or config.model.backend not in ("tensorrt", "tensorrt-rtx"):
+        return None  # ONNX Runtime reads the ONNX file itself; an engine given directly needs no build
+    return Path(config.model.engine_cache or f"/var/cache/edgert/{name}") / (model.stem + ".engine")
 
 
 def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
@@ -264,12 +263,21 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     reads = [opts.config_path, *([str(model)] if model else []), *writes]
 
     exec_start = [opts.edgert, "run", "--config", opts.config_path]
+    prestart: list[str] = []
+    environment: list[str] = []
+    engine = engine_path(config, opts.name, model)
+    if engine is not None and model is not None:
+        # `edgert build` reuses the engine when its sidecar matches (model, precision, TensorRT, GPU), so
+        # only the first start, or the first after a TensorRT upgrade, pays for the build.
+        build = [opts.edgert, "build", str(model), "--backend", config.model.backend,
+                 "--precision", config.model.precision, "-o", str(engine)]
+        prestart.append(f"ExecStartPre={_exec_line(build)}")
+        exec_start += ["--model", str(engine)]
+        # The builder's timing cache goes to the service's cache too (its default is under $HOME).
+        environment.append(f"Environment=EDGERT_CACHE_DIR=/var/cache/edgert/{opts.name}")
     if opts.metrics:
         exec_start += ["--metrics", opts.metrics]
     env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
-    environment: list[str] = []
-    if _engine_prestart(config, opts, model):
-        environment.append(f"Environment=EDGERT_ENGINE_CACHE=/var/cache/edgert/{opts.name}")
 
     summary = f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}"
     values = {
@@ -297,7 +305,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     blocks = {
         "UNIT_ORDERING": ordering,
         "ENVIRONMENT": environment,
-        "EXEC_START_PRE": _engine_prestart(config, opts, model),
+        "EXEC_START_PRE": prestart,
         "READ_WRITE_PATHS": read_write,
         "DEVICE_ALLOW": [f"DeviceAllow={rule}" for rule in opts.device_allow],
     }

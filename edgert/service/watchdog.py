@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,7 +74,7 @@ class SystemdObserver:
 
     def on_start(self, info: Any) -> None:
         model, backend = _field(info, "model"), _field(info, "backend")
-        what = f"running {model} on {backend}" if model and backend else "running"
+        what = f"running {os.path.basename(str(model))} on {backend}" if model and backend else "running"
         # The first WATCHDOG=1 rides with READY=1: the watchdog period starts when the unit is up.
         now = self._clock()
         self.notifier.send("READY=1", "WATCHDOG=1", f"STATUS={what}: first frame through")

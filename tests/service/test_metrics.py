@@ -27,7 +27,7 @@ def test_endpoint_serves_valid_prometheus_text() -> None:
     with MetricsServer("127.0.0.1", 0, observer.render) as server:
         before = {f.name for f in parser.text_string_to_metric_families(_scrape(server.url)[1])}
         assert "edgert_frames" not in before  # no pipeline yet: info and readiness only
-        observer.on_start({"model": "nanodet-m.onnx", "backend": "onnxruntime", "source": "vtest.avi",
+        observer.on_start({"model": "nanodet-m.onnx", "backend": "onnxruntime", "source": {"uri": "vtest.avi"},
                            "task": 'detect "quoted"\\'})
         stats.watts = 5.5
         stats.set_drops("stale", 2)
@@ -40,6 +40,7 @@ def test_endpoint_serves_valid_prometheus_text() -> None:
     info = fams["edgert_info"].samples[0]
     assert info.labels["model"] == "nanodet-m.onnx" and info.labels["backend"] == "onnxruntime"
     assert info.labels["pipeline"] == "front-door" and info.labels["task"] == 'detect "quoted"\\'
+    assert info.labels["source"] == "vtest.avi"
     assert fams["edgert_ready"].samples[0].value == 1
     assert fams["edgert_frames"].type == "counter" and fams["edgert_frames"].samples[0].value == 20
     assert fams["edgert_detections"].samples[0].value == 20

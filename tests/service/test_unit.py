@@ -81,10 +81,25 @@ def test_csi_pipeline_unit_has_every_required_setting(tmp_path: Path) -> None:
     allowed = _values(text, "DeviceAllow")
     assert "char-video4linux rw" in allowed and "/dev/nvmap rw" in allowed and "/dev/nvhost-ctrl-gpu rw" in allowed
     model = "/opt/edgert/models/nanodet-m-416-coco-v8layout.onnx"
+    engine = "/var/cache/edgert/camera/nanodet-m-416-coco-v8layout.engine"
     assert _values(text, "ExecStartPre") == [
-        f"{edgert} build {model} --backend tensorrt --precision fp16 -o /var/cache/edgert/camera/"
-        "nanodet-m-416-coco-v8layout.engine"]
-    assert one["ExecStart"] == f"{edgert} run --config {EXAMPLE_CONFIG} --metrics 127.0.0.1:9400"
+        f"{edgert} build {model} --backend tensorrt --precision fp16 -o {engine}"]
+    assert one["ExecStart"] == f"{edgert} run --config {EXAMPLE_CONFIG} --model {engine} --metrics 127.0.0.1:9400"
+    assert "EDGERT_CACHE_DIR=/var/cache/edgert/camera" in _values(text, "Environment")
+
+
+def test_hardening_keeps_the_exposure_score_low(tmp_path: Path) -> None:
+    """systemd's own offline security review of the example unit: 3.6 ("OK") when written; fail above 4.0."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze not installed (Debian/Ubuntu: apt-get install systemd)")
+    unit = tmp_path / EXAMPLE_UNIT.name
+    shutil.copy(EXAMPLE_UNIT, unit)
+    proc = subprocess.run([tool, "security", "--offline=yes", "--threshold=40", "--no-pager", str(unit)],
+                          capture_output=True, text=True, timeout=60)
+    if "Unknown option" in proc.stderr or "unrecognized option" in proc.stderr:
+        pytest.skip("this systemd-analyze has no offline security review (systemd < 250)")
+    assert proc.returncode == 0, proc.stdout[-400:] + proc.stderr
 
 
 def test_rtsp_pipeline_waits_for_the_network_and_keeps_tmp_private(tmp_path: Path) -> None:
@@ -182,3 +197,26 @@ def test_device_discovery_uses_groups_and_falls_back_to_nodes(tmp_path: Path) ->
     assert discover_device_allow(["/dev/null", "/dev/zero"], str(proc_devices)) == ["char-fakecam rw"]
     assert discover_device_allow([str(proc_devices)]) == []  # a regular file is no device
     assert "char-video4linux rw" in DEFAULT_DEVICE_ALLOW
+
+
+def test_exec_start_pre_builds_once_then_reuses_the_engine(tmp_path: Path) -> None:
+    """The unit's own ExecStartPre line, run twice as two service starts would run it (TensorRT-RTX on CPU)."""
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX builds engines on CPU: pip install 'edgert[rtx]'")
+    import shlex
+
+    from tests.helpers import tiny_model
+
+    edgert = _edgert_here()
+    model = tiny_model(tmp_path / "tiny.onnx", shape=(1, 3, 16, 16))
+    cache = tmp_path / "engines"
+    config = _config(model={"path": str(model), "backend": "tensorrt-rtx", "engine_cache": str(cache)},
+                     source={"uri": "/dev/video0"})
+    text = render_unit(config, UnitOptions(name="boot", config_path=str(tmp_path / "p.yaml"), edgert=edgert))
+    (pre,) = _values(text, "ExecStartPre")
+    assert f"--model {cache}/tiny.engine" in _values(text, "ExecStart")[0]
+    env = {**os.environ, "EDGERT_CACHE_DIR": str(tmp_path / "timing")}
+    first = subprocess.run(shlex.split(pre), capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("built ") and (cache / "tiny.engine").exists()
+    second = subprocess.run(shlex.split(pre), capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0 and second.stdout.startswith("reused cached engine"), second.stdout
