@@ -108,9 +108,11 @@ class StageTimes:
             for name, values in group.items():
                 if values:
                     arr = np.asarray(values)
-                    out[name] = {"median_ms": round(float(np.median(arr)), 4),
-                                 "p90_ms": round(float(np.percentile(arr, 90)), 4),
-                                 "mean_ms": round(float(arr.mean()), 4)}
+                    out[name] = {
+                        "median_ms": round(float(np.median(arr)), 4),
+                        "p90_ms": round(float(np.percentile(arr, 90)), 4),
+                        "mean_ms": round(float(arr.mean()), 4),
+                    }
         return out
 
 
@@ -135,8 +137,9 @@ class _Slot:
             self.events = [self.device.event() for _ in range(5)]
             if pipe.gpu_decode:
                 shape = tuple(session.outputs[self.output_name].shape)
-                self.filter = GpuCandidateFilter(self.decoder, shape, self.device, pipe.options.candidates,
-                                                 mapped=self.zero_copy)
+                self.filter = GpuCandidateFilter(
+                    self.decoder, shape, self.device, pipe.options.candidates, mapped=self.zero_copy
+                )
         self.times = StageTimes()
 
     def _ensure_staging(self, nbytes: int) -> None:
@@ -230,29 +233,37 @@ class GpuPipeline:
     ``stream`` and ``compute_only()``), one per slot.
     """
 
-    def __init__(self, model: str | Path, config: PipelineConfig | None = None,
-                 options: GpuPipelineOptions | None = None) -> None:
+    def __init__(
+        self, model: str | Path, config: PipelineConfig | None = None, options: GpuPipelineOptions | None = None
+    ) -> None:
         from edgert.backends import SessionOptions, open_session
         from edgert.backends.cuda import device_traits
 
         self.config = config or PipelineConfig()
         self.options = options or GpuPipelineOptions()
         self.model = Path(model)
-        sess_opts = SessionOptions(threads=self.config.model.threads, device=self.options.device,
-                                   cuda_graph=self.options.cuda_graph)
+        sess_opts = SessionOptions(
+            threads=self.config.model.threads, device=self.options.device, cuda_graph=self.options.cuda_graph
+        )
         first = open_session(model, self.options.backend, sess_opts)
         self.slots: list[_Slot] = []
         try:
             if not hasattr(first, "device_inputs") or not hasattr(first, "compute_only"):
-                raise ConfigError(f"backend {self.options.backend} keeps its buffers on the host; the GPU pipeline "
-                                  "needs a GPU backend (onnxruntime-cuda or tensorrt)")
+                raise ConfigError(
+                    f"backend {self.options.backend} keeps its buffers on the host; the GPU pipeline "
+                    "needs a GPU backend (onnxruntime-cuda or tensorrt)"
+                )
             spec = image_input(first)
             self.preprocessor = Preprocessor(self.config.preprocess, spec, first.metadata)
             if tuple(first.inputs[spec.name].shape) != self.preprocessor.input_shape:
                 shapes = {spec.name: self.preprocessor.input_shape}
                 first.close()
-                sess_opts = SessionOptions(threads=self.config.model.threads, device=self.options.device,
-                                           shapes=shapes, cuda_graph=self.options.cuda_graph)
+                sess_opts = SessionOptions(
+                    threads=self.config.model.threads,
+                    device=self.options.device,
+                    shapes=shapes,
+                    cuda_graph=self.options.cuda_graph,
+                )
                 first = open_session(model, self.options.backend, sess_opts)
             if self.preprocessor.input_shape[0] != 1:
                 shape = list(first.inputs[spec.name].shape)
@@ -266,16 +277,20 @@ class GpuPipeline:
             out_ok = self.output_name in first.outputs and first.outputs[self.output_name].dtype == np.float32
             self.gpu_decode = self.options.gpu_decode and probe.kind in GPU_DECODE_KINDS and out_ok
             if self.options.gpu_decode and not self.gpu_decode:
-                log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
-                         "/".join(GPU_DECODE_KINDS))
+                log.info(
+                    "decoding %s outputs on the host (GPU filter covers float32 %s)",
+                    probe.kind,
+                    "/".join(GPU_DECODE_KINDS),
+                )
             if not self.output_name:
                 self.output_name = first.output_specs[0].name
             self.device: Any = getattr(first, "device")  # noqa: B009 - GPU sessions only (checked above)
             with self.device.active():
                 traits = device_traits(self.device)
             self.traits = traits
-            self.memory_mode = choose_memory_mode(self.options.memory, traits["integrated"],
-                                                  traits["can_map_host_memory"])
+            self.memory_mode = choose_memory_mode(
+                self.options.memory, traits["integrated"], traits["can_map_host_memory"]
+            )
             self.plan = LetterboxPlan.from_preprocessor(self.preprocessor)
             self.letterbox = GpuLetterbox(self.plan, self.device)
             self.slots.append(_Slot(self, first))
@@ -287,8 +302,12 @@ class GpuPipeline:
             if not self.slots:
                 first.close()
             raise
-        log.info("GPU pipeline: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
-                 "GPU filter + CPU NMS" if self.gpu_decode else "host")
+        log.info(
+            "GPU pipeline: %d slots, memory %s, decode %s",
+            len(self.slots),
+            self.memory_mode,
+            "GPU filter + CPU NMS" if self.gpu_decode else "host",
+        )
 
     # -- running -------------------------------------------------------------------------------------
     def run(self, frames: Iterable[np.ndarray]) -> Iterator[tuple[int, Detections]]:
@@ -334,8 +353,10 @@ class GpuPipeline:
                     finished[0] += 1
                     done.notify_all()
 
-        threads = [threading.Thread(target=worker, args=(slot,), name=f"edgert-gpu-slot{k}", daemon=True)
-                   for k, slot in enumerate(self.slots)]
+        threads = [
+            threading.Thread(target=worker, args=(slot,), name=f"edgert-gpu-slot{k}", daemon=True)
+            for k, slot in enumerate(self.slots)
+        ]
         for t in threads:
             t.start()
         nxt = 0
@@ -401,10 +422,15 @@ class GpuPipeline:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "model": self.model.name, "slots": len(self.slots), "memory": self.memory_mode,
-            "device_traits": self.traits, "decode": "gpu-filter+cpu-nms" if self.gpu_decode else "host",
-            "decoder": self.decoder_kind, "input": list(self.preprocessor.input_shape),
-            "input_dtype": str(self.preprocessor.input_dtype), "layout": self.plan.layout,
+            "model": self.model.name,
+            "slots": len(self.slots),
+            "memory": self.memory_mode,
+            "device_traits": self.traits,
+            "decode": "gpu-filter+cpu-nms" if self.gpu_decode else "host",
+            "decoder": self.decoder_kind,
+            "input": list(self.preprocessor.input_shape),
+            "input_dtype": str(self.preprocessor.input_dtype),
+            "layout": self.plan.layout,
         }
 
     # -- lifetime ------------------------------------------------------------------------------------

@@ -101,8 +101,12 @@ class LetterboxPlan:
         alpha = np.array([float(cfg.scale) / s for s in cfg.std], np.float32)
         beta = np.array([-m / s for m, s in zip(cfg.mean, cfg.std)], np.float32)
         return cls(
-            height=pre.height, width=pre.width, layout=pre.layout, dtype=np.dtype(pre.input_dtype),
-            letterbox=cfg.resize == "letterbox", pad=int(cfg.pad_value),
+            height=pre.height,
+            width=pre.width,
+            layout=pre.layout,
+            dtype=np.dtype(pre.input_dtype),
+            letterbox=cfg.resize == "letterbox",
+            pad=int(cfg.pad_value),
             src_channel=(2, 1, 0) if cfg.color == "rgb" else (0, 1, 2),
             alpha=(float(alpha[0]), float(alpha[1]), float(alpha[2])),
             beta=(float(beta[0]), float(beta[1]), float(beta[2])),
@@ -131,8 +135,12 @@ class LetterboxPlan:
         """``(new_h, new_w, top, left, transform)``: as the CPU Preprocessor places a frame of this size."""
         new_h, new_w, top, left = letterbox_geometry(src_h, src_w, self.height, self.width, self.letterbox)
         transform = LetterboxTransform(
-            scale_x=new_w / src_w, scale_y=new_h / src_h, pad_x=float(left), pad_y=float(top),
-            src_width=src_w, src_height=src_h,
+            scale_x=new_w / src_w,
+            scale_y=new_h / src_h,
+            pad_x=float(left),
+            pad_y=float(top),
+            src_width=src_w,
+            src_height=src_h,
         )
         return new_h, new_w, top, left, transform
 
@@ -154,7 +162,7 @@ def emulate_letterbox(frame_bgr: np.ndarray, plan: LetterboxPlan) -> np.ndarray:
         h0, h1 = h[yt[:, 0]], h[yt[:, 1]]
         b0, b1 = yt[:, 2:3].astype(np.int64), yt[:, 3:4].astype(np.int64)
         v = (((b0 * (h0 >> 4)) >> 16) + ((b1 * (h1 >> 4)) >> 16) + 2) >> 2
-        canvas[top:top + new_h, left:left + new_w, c] = np.clip(v, 0, 255)
+        canvas[top : top + new_h, left : left + new_w, c] = np.clip(v, 0, 255)
     out = np.empty(plan.sample_shape, plan.dtype)
     for c in range(3):
         pix = canvas[:, :, plan.src_channel[c]]
@@ -197,13 +205,23 @@ class GpuLetterbox:
         p = plan
         self._grid = ((p.width + BLOCK[0] - 1) // BLOCK[0], (p.height + BLOCK[1] - 1) // BLOCK[1], 1)
         self._consts = (
-            np.int32(p.height), np.int32(p.width),
+            np.int32(p.height),
+            np.int32(p.width),
         )
         self._tail = (
-            np.int32(p.pad), np.int32(p.src_channel[0]), np.int32(p.src_channel[1]), np.int32(p.src_channel[2]),
-            np.int32(LAYOUTS[p.layout]), np.int32(DTYPES[p.dtype]), np.int32(1 if p.has_beta else 0),
-            np.float32(p.alpha[0]), np.float32(p.alpha[1]), np.float32(p.alpha[2]),
-            np.float32(p.kernel_beta[0]), np.float32(p.kernel_beta[1]), np.float32(p.kernel_beta[2]),
+            np.int32(p.pad),
+            np.int32(p.src_channel[0]),
+            np.int32(p.src_channel[1]),
+            np.int32(p.src_channel[2]),
+            np.int32(LAYOUTS[p.layout]),
+            np.int32(DTYPES[p.dtype]),
+            np.int32(1 if p.has_beta else 0),
+            np.float32(p.alpha[0]),
+            np.float32(p.alpha[1]),
+            np.float32(p.alpha[2]),
+            np.float32(p.kernel_beta[0]),
+            np.float32(p.kernel_beta[1]),
+            np.float32(p.kernel_beta[2]),
         )
 
     def _geometry(self, src_h: int, src_w: int) -> tuple[Any, Any, tuple[int, int, int, int], LetterboxTransform]:
@@ -232,17 +250,26 @@ class GpuLetterbox:
                 self._tables[key] = entry
         return entry
 
-    def __call__(self, src_ptr: int, src_h: int, src_w: int, out_ptr: int, stream: Any,
-                 src_pitch: int | None = None) -> LetterboxTransform:
+    def __call__(
+        self, src_ptr: int, src_h: int, src_w: int, out_ptr: int, stream: Any, src_pitch: int | None = None
+    ) -> LetterboxTransform:
         """Enqueue the kernel: frame at device address ``src_ptr`` -> tensor at ``out_ptr``."""
         if src_h <= 0 or src_w <= 0:
             raise InputError(f"frame | Received an empty image ({src_h}, {src_w}, 3)")
         xbuf, ybuf, (new_h, new_w, top, left), transform = self._geometry(src_h, src_w)
         pitch = 3 * src_w if src_pitch is None else src_pitch
         args = (
-            np.uintp(src_ptr), np.uintp(xbuf.ptr), np.uintp(ybuf.ptr), np.uintp(out_ptr),
-            np.int32(pitch), *self._consts,
-            np.int32(top), np.int32(left), np.int32(new_h), np.int32(new_w), *self._tail,
+            np.uintp(src_ptr),
+            np.uintp(xbuf.ptr),
+            np.uintp(ybuf.ptr),
+            np.uintp(out_ptr),
+            np.int32(pitch),
+            *self._consts,
+            np.int32(top),
+            np.int32(left),
+            np.int32(new_h),
+            np.int32(new_w),
+            *self._tail,
         )
         self._kernel.launch(self._grid, BLOCK, args, stream)
         return transform
