@@ -82,6 +82,9 @@ def gstreamer_available() -> bool:
 
 
 def _framerate(fps: float) -> str:
+    nominal = round(fps * 1.001)
+    if abs(fps - fps // 1) > 1e-6 and abs(fps - nominal * 1000 / 1001) < 0.01:
+        return f"{nominal * 1000}/1001"  # NTSC rates: 29.97 means 30000/1001
     frac = Fraction(fps).limit_denominator(1001)
     return f"{frac.numerator}/{frac.denominator}"
 

@@ -1,0 +1,251 @@
+"""``edgert run``: a model on a source, into sinks, until the input ends or a signal stops it.
+
+One YAML file (``--config``) can describe everything (task, model, preprocess, decode, source, sinks,
+runtime, power); flags override it. ``--json`` prints the final summary as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SPEECH_TASKS = ("vad", "wakeword", "asr")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="run a detector on a video, images, camera or stream into sinks",
+        description="Run a model on a source (video file, image, folder, /dev/videoN, csi://N, rtsp://..., "
+                    "gst://...) into sinks (jsonl://PATH, jsonl://-, out.mp4, display://0, "
+                    "http://127.0.0.1:8080, rtsp://...). Flags override the --config YAML.",
+    )
+    add_run_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="ONNX model or engine (overrides model.path)")
+    p.add_argument("--config", help="pipeline YAML (task, model, preprocess, decode, source, sinks, runtime, power)")
+    p.add_argument("--source", help="input URI (overrides source.uri)")
+    p.add_argument("--sink", action="append", default=None, metavar="URI",
+                   help="output URI, repeatable (replaces the config's sinks)")
+    p.add_argument("--task", choices=["detect", *SPEECH_TASKS], help="override the config's task")
+    p.add_argument("--max-frames", type=int, metavar="N", help="stop after N frames")
+    p.add_argument("--backend", help="auto, onnxruntime, tensorrt, ... (overrides model.backend)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the backend (0: its default)")
+    p.add_argument("--conf", type=float, metavar="X", help="confidence threshold (decode.conf)")
+    p.add_argument("--iou", type=float, metavar="X", help="NMS IoU threshold (decode.iou)")
+    p.add_argument("--loop", action="store_true", help="restart a video or image folder at its end")
+    p.add_argument("--queue-size", type=int, metavar="N", help="frames in flight between stages (runtime.queue_size)")
+    p.add_argument("--power-budget", type=float, metavar="WATTS", help="pace the pipeline to stay under WATTS")
+    p.add_argument("--rail", help="power rail the budget applies to (power.rail)")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at HOST:PORT/metrics")
+    p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+
+
+# --------------------------------------------------------------------------------------------------
+# Flags over config
+
+
+def _replace(obj: Any, flag_names: dict[str, str], **changes: Any) -> Any:
+    """``dataclasses.replace`` whose validation errors name the flag, as one-line ConfigErrors."""
+    from edgert.config import FieldError
+    from edgert.errors import ConfigError
+
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return obj
+    try:
+        return dataclasses.replace(obj, **changes)
+    except FieldError as exc:
+        flag = flag_names.get(exc.field_name, exc.field_name)
+        raise ConfigError(f"{flag}: {exc.message}") from None
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The pipeline config from ``--config`` (or defaults) with every given flag applied."""
+    from edgert.config import PipelineConfig, load_config
+    from edgert.errors import ConfigError
+
+    config = load_config(args.config) if args.config else PipelineConfig()
+    for name in ("max_frames", "threads", "queue_size"):
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            raise ConfigError(f"--{name.replace('_', '-')}: expected a number >= 0, got {value}")
+    model = _replace(config.model, {"threads": "--threads", "path": "--model", "backend": "--backend"},
+                     path=args.model, backend=args.backend, threads=args.threads)
+    decode = _replace(config.decode, {"conf": "--conf", "iou": "--iou"}, conf=args.conf, iou=args.iou)
+    source = _replace(config.source, {}, uri=args.source, loop=True if args.loop else None)
+    runtime = _replace(config.runtime, {"queue_size": "--queue-size", "max_frames": "--max-frames"},
+                       max_frames=args.max_frames, queue_size=args.queue_size)
+    power = _replace(config.power, {"budget_w": "--power-budget", "rail": "--rail"},
+                     budget_w=args.power_budget, rail=args.rail)
+    sinks = tuple(args.sink) if args.sink is not None else None
+    return _replace(config, {}, task=args.task, model=model, decode=decode, source=source, runtime=runtime,
+                    power=power, sinks=sinks)
+
+
+# --------------------------------------------------------------------------------------------------
+# Optional helpers from other parts of edgert (power budget, systemd, metrics), each used when present
+
+
+def _optional(module: str) -> Any:
+    if importlib.util.find_spec(module) is None:
+        return None
+    return importlib.import_module(module)
+
+
+def _power_admission(config: Any) -> tuple[Callable[[], None] | None, list[Any], list[Callable[[], None]]]:
+    """The power-budget controller's admission hook (and observers/closers) when a budget is set."""
+    from edgert.errors import ConfigError
+
+    if config.power.budget_w is None:
+        return None, [], []
+    power = _optional("edgert.power")
+    make = getattr(power, "budget_admission", None) if power is not None else None
+    if make is None:
+        raise ConfigError("--power-budget: the power budget controller is not available in this edgert")
+    hook = make(config.power)
+    admit = getattr(hook, "admit", None) or (hook if callable(hook) else None)
+    observers = [hook] if hasattr(hook, "on_frame") else []
+    closers = [hook.close] if hasattr(hook, "close") else []
+    return admit, observers, closers
+
+
+def _service_observers(args: argparse.Namespace) -> tuple[list[Any], list[Callable[[], None]]]:
+    from edgert.errors import ConfigError
+
+    observers: list[Any] = []
+    closers: list[Callable[[], None]] = []
+    watchdog = _optional("edgert.service.watchdog")
+    if watchdog is not None and hasattr(watchdog, "SystemdObserver"):
+        observer = watchdog.SystemdObserver.from_env()
+        if observer is not None:
+            observers.append(observer)
+    if args.metrics:
+        metrics = _optional("edgert.service.metrics")
+        if metrics is None:
+            raise ConfigError("--metrics: the metrics endpoint is not available in this edgert")
+        host, port = metrics.parse_listen(args.metrics)
+        observer = metrics.MetricsObserver(pipeline=args.config or args.model or "")
+        server = metrics.MetricsServer(host, port, observer.render)
+        observers.append(observer)
+        closers.append(server.close)
+        print(f"edgert: metrics at {server.url}", file=sys.stderr)
+    return observers, closers
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _speech(config: Any, args: argparse.Namespace) -> int:
+    from edgert.errors import ConfigError
+
+    speech = _optional("edgert.speech")
+    cli_run = getattr(speech, "cli_run", None) if speech is not None else None
+    if cli_run is None:
+        raise ConfigError(f"task {config.task}: speech pipelines are not available in this edgert")
+    return int(cli_run(config, args))
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The human-readable summary ``edgert run`` and ``edgert demo`` print."""
+    lat = summary.get("latency_ms", {})
+    src = summary.get("source") or {}
+    rate = f", {float(src['fps']):g} fps" if src.get("fps") else ""
+    lines = [
+        f"model      {summary.get('model')} ({summary.get('backend')})",
+        f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})",
+        f"frames     {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})",
+    ]
+    for stage in ("capture", "preprocess", "infer", "postprocess", "sinks", "total"):
+        q = lat.get(stage)
+        if q:
+            lines.append(f"  {stage:<11} p50 {q['p50']:8.2f} ms  p95 {q['p95']:8.2f} ms  p99 {q['p99']:8.2f} ms")
+    drops = summary.get("drops") or {}
+    lines.append(f"dropped    {summary.get('dropped', 0)}" + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})"
+                                                             if drops else ""))
+    per_class = summary.get("detections_per_class") or {}
+    top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
+    lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))
+    if summary.get("watts") is not None:
+        lines.append(f"power      {summary['watts']} W")
+    if summary.get("sinks"):
+        lines.append(f"sinks      {', '.join(summary['sinks'])}")
+    return "\n".join(lines)
+
+
+class _Progress:
+    """A tqdm bar on stderr (only when stderr is a terminal), fed from the pipeline's progress."""
+
+    def __init__(self, total: int | None) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False)
+        self._last = 0
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_frame(self, stats: Any) -> None:
+        if stats.frames - self._last >= 10:
+            self._bar.update(stats.frames - self._last)
+            self._last = stats.frames
+            self._bar.set_postfix_str(f"{stats.fps:.1f} fps", refresh=False)
+
+    def on_stop(self, summary: dict[str, Any]) -> None:
+        self._bar.close()
+
+
+def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | None = None) -> dict[str, Any]:
+    """Run the detection pipeline for ``config`` with the CLI's hooks; return the summary."""
+    from edgert.errors import ConfigError
+    from edgert.pipeline import Pipeline
+
+    if not config.model.path:
+        raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+    if not config.source.uri:
+        raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
+    admit, observers, closers = _power_admission(config)
+    service_observers, service_closers = _service_observers(args)
+    observers += service_observers + list(extra_observers or [])
+    closers += service_closers
+    if sys.stderr.isatty() and not getattr(args, "json", False):
+        observers.append(_Progress(config.runtime.max_frames))
+    try:
+        pipeline = Pipeline(config, observers=observers, admit=admit)
+        _announce_web_previews(pipeline, config)
+        return pipeline.run()
+    finally:
+        for close in closers:
+            close()
+
+
+def _announce_web_previews(pipeline: Any, config: Any) -> None:
+    for uri in config.sinks:
+        if uri.startswith("http://"):
+            print(f"edgert: web preview at {uri.rstrip('/')}/ (when the pipeline has started)", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    if config.task in SPEECH_TASKS:
+        return _speech(config, args)
+    summary = execute(config, args)
+    # With jsonl://- the events own stdout; the summary then goes to stderr.
+    out = sys.stderr if _stdout_is_a_sink(config) else sys.stdout
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary), file=out)
+    return 0
+
+
+def _stdout_is_a_sink(config: Any) -> bool:
+    return any(s.strip() == "jsonl://-" for s in config.sinks)

@@ -1,0 +1,43 @@
+"""Hooks into a running pipeline, for things that watch it (systemd watchdog, power meter, metrics).
+
+An observer is any object with the three methods of :class:`PipelineObserver`. The pipeline calls them
+from its own threads, so they must be quick and must not raise: an exception from an observer is logged
+and the observer is dropped, the pipeline keeps running.
+
+- ``on_start(info)``: once, after the model is loaded and the FIRST frame has gone through every stage
+  (a service is "ready" only then). ``info`` holds the model, backend, source, sinks, input shape.
+- ``on_frame(stats)``: after each completed frame, driven by the pipeline's progress (not a timer), so a
+  watchdog pinged from here stops being pinged when the pipeline stalls.
+- ``on_stop(summary)``: once, when the run ends (end of input, stop request or error); ``summary`` is
+  the same dict ``edgert run --json`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from edgert.pipeline.stats import PipelineStats
+
+__all__ = ["BaseObserver", "PipelineObserver"]
+
+
+@runtime_checkable
+class PipelineObserver(Protocol):
+    def on_start(self, info: dict[str, Any]) -> None: ...
+
+    def on_frame(self, stats: PipelineStats) -> None: ...
+
+    def on_stop(self, summary: dict[str, Any]) -> None: ...
+
+
+class BaseObserver:
+    """An observer that does nothing: subclass it and override what you need."""
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_frame(self, stats: PipelineStats) -> None:
+        pass
+
+    def on_stop(self, summary: dict[str, Any]) -> None:
+        pass

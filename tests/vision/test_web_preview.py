@@ -1,0 +1,150 @@
+"""The web preview: its HTTP routes, and the page in a real headless Chromium while a pipeline runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+from edgert.errors import SinkError
+from edgert.pipeline import Pipeline, PipelineStats
+from edgert.vision.detections import Detections
+from edgert.vision.sinks import FrameResult, StreamInfo
+from edgert.vision.web.server import WebPreviewSink
+from tests.pipeline.media import make_video, tiny_detector
+from tests.vision.chromium import Browser, find_chromium
+
+cv2 = pytest.importorskip("cv2")
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[str, bytes]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.headers.get("Content-Type", ""), response.read()
+
+
+def test_routes_serve_page_stats_snapshot_and_stream() -> None:
+    stats = PipelineStats()
+    sink = WebPreviewSink("http://127.0.0.1:0", port=0)
+    sink.open(StreamInfo(96, 64, 10.0, ("person",), "tiny on test", stats))
+    try:
+        base = sink.url
+        assert base.startswith("http://127.0.0.1:") and sink.port > 0
+        kind, page = _get(base)
+        assert kind.startswith("text/html") and b'id="stream"' in page and b"stats.json" in page
+        kind, body = _get(base + "stats.json")
+        payload = json.loads(body)
+        assert kind == "application/json" and payload["title"] == "tiny on test" and payload["frames"] == 0
+        with pytest.raises(urllib.error.HTTPError):
+            _get(base + "nope")
+
+        frame = np.full((64, 96, 3), 120, np.uint8)
+        det = Detections.empty(("person",))
+        sink.write(FrameResult(0, 0.0, det, frame))  # the first frame is encoded even with nobody watching
+        kind, jpeg = _get(base + "snapshot.jpg")
+        assert kind == "image/jpeg" and cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).shape == (
+            64,
+            96,
+            3,
+        )
+
+        response = urllib.request.urlopen(base + "stream.mjpg", timeout=5.0)
+        assert response.headers["Content-Type"] == "multipart/x-mixed-replace; boundary=edgertframe"
+
+        def feed() -> None:
+            for i in range(20):
+                sink.write(FrameResult(i, 0.0, det, frame))
+                time.sleep(0.02)
+
+        feeder = threading.Thread(target=feed)
+        feeder.start()
+        head = response.read(200)
+        assert head.startswith(b"--edgertframe\r\nContent-Type: image/jpeg\r\nContent-Length: ")
+        assert b"\r\n\r\n\xff\xd8" in head  # a JPEG starts right after the part headers
+        feeder.join()
+        response.close()
+    finally:
+        sink.close()
+
+
+def test_port_in_use_is_a_one_line_error() -> None:
+    first = WebPreviewSink("http://127.0.0.1:0", port=0)
+    first.open(StreamInfo(8, 8))
+    try:
+        second = WebPreviewSink.from_uri(f"http://127.0.0.1:{first.port}")
+        with pytest.raises(SinkError, match="cannot listen") as info:
+            second.open(StreamInfo(8, 8))
+        assert "\n" not in str(info.value)
+    finally:
+        first.close()
+
+
+@pytest.fixture
+def running_preview(tmp_path: Path) -> Iterator[WebPreviewSink]:
+    """A real pipeline (tiny detector, looping video) feeding a web preview on a free port."""
+    video = make_video(tmp_path / "v.avi", frames=40, size=(160, 120))
+    model = tiny_detector(tmp_path / "tiny.onnx")
+    config = PipelineConfig(model=ModelConfig(path=str(model)), source=SourceConfig(uri=str(video), loop=True))
+    sink = WebPreviewSink("http://127.0.0.1:0", port=0)
+
+    class Pace:  # 25 fps, like a camera, so the test machine stays usable
+        def __call__(self) -> None:
+            time.sleep(0.04)
+
+    pipeline = Pipeline(config, sinks=[sink], admit=Pace(), handle_signals=False)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not sink.running and time.monotonic() < deadline and not errors:
+        time.sleep(0.05)
+    assert sink.running, errors
+    try:
+        yield sink
+    finally:
+        pipeline.request_stop()
+        thread.join(20)
+        assert not thread.is_alive() and not errors
+
+
+def test_page_in_headless_chromium_shows_stream_and_live_stats(running_preview: WebPreviewSink) -> None:
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
+    with Browser(chromium) as browser:
+        browser.goto(running_preview.url)
+        probe = """JSON.stringify({
+            width: document.getElementById('stream') ? document.getElementById('stream').naturalWidth : 0,
+            height: document.getElementById('stream') ? document.getElementById('stream').naturalHeight : 0,
+            frames: document.getElementById('frames') ? document.getElementById('frames').textContent : '',
+            fps: document.getElementById('fps') ? document.getElementById('fps').textContent : '',
+            status: document.getElementById('status') ? document.getElementById('status').textContent : ''})"""
+
+        def read() -> dict[str, Any]:
+            return dict(json.loads(browser.evaluate(probe)))
+
+        deadline = time.monotonic() + 30
+        first = read()
+        while (first["width"] == 0 or not first["frames"].isdigit()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            first = read()
+        assert (first["width"], first["height"]) == (160, 120), first  # the MJPEG stream is showing
+        time.sleep(1.5)  # the page polls stats.json every 0.5 s
+        second = read()
+        assert int(second["frames"]) > int(first["frames"]), (first, second)  # the stats text updates
+        assert float(second["fps"]) > 0 and second["status"] == "live"
+        assert running_preview.stats_payload()["viewers"] >= 1
