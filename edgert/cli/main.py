@@ -18,7 +18,7 @@ from edgert.errors import EdgertError
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
 # dependencies inside its run function, so --help works whatever is installed.
-SUBCOMMANDS: tuple[str, ...] = ("info", "inspect", "config", "build", "bench", "service")
+SUBCOMMANDS: tuple[str, ...] = ("info", "inspect", "config", "build", "bench", "run", "demo", "service")
 
 
 def _setup_logging(verbosity: int) -> None:
