@@ -18,7 +18,9 @@ from edgert.errors import EdgertError
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
 # dependencies inside its run function, so --help works whatever is installed.
-SUBCOMMANDS: tuple[str, ...] = ("info", "inspect", "config", "build", "bench", "run", "demo", "service")
+SUBCOMMANDS: tuple[str, ...] = (
+    "info", "inspect", "config", "build", "calibrate", "compare", "bench", "run", "demo", "service",
+)
 
 
 def _setup_logging(verbosity: int) -> None:

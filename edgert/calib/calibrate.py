@@ -1,0 +1,286 @@
+"""``calibrate()``: folder of images + FP32 ONNX -> Q/DQ ONNX, TensorRT calibration cache, report.
+
+The steps, each in its own module: draw the images (:mod:`.dataset`), preprocess them with the vision
+pipeline's own :class:`~edgert.vision.preprocess.Preprocessor`, stream activation histograms out of ONNX
+Runtime (:mod:`.collect`, :mod:`.histograms`), choose ranges, write Q/DQ (:mod:`.qdq`) and the cache
+(:mod:`.trt_cache`), check accuracy against FP32 on images the calibration did not use
+(:mod:`.comparison`), and if asked, keep the most sensitive layers in float (:mod:`.sensitivity`).
+
+The outputs carry a key (model bytes, preprocessing, method, image set, options): a second run with the
+same key finds them up to date and does nothing; any change makes them stale and they are rebuilt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from edgert.calib.collect import ActivationCollector
+from edgert.calib.dataset import CalibrationImages
+from edgert.calib.histograms import Method, TensorRange
+from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, write_qdq
+from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
+from edgert.calib.trt_cache import DEFAULT_TRT_VERSION, write_cache
+from edgert.config import PipelineConfig
+from edgert.errors import CalibrationError, ModelError
+from edgert.types import TensorSpec
+
+__all__ = ["CalibrationOptions", "calibrate", "output_paths", "ranges_method"]
+
+log = logging.getLogger(__name__)
+
+CHECK_FRAMES = 16  # frames for the accuracy check after calibration
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    num: int | None = 32
+    method: Method = "entropy"
+    percentile: float = 99.99
+    seed: int = 0
+    ops: tuple[str, ...] = DEFAULT_OPS
+    trt_version: str = DEFAULT_TRT_VERSION
+    cache_algorithm: str = "EntropyCalibration2"
+    max_drop: float | None = None  # mixed precision until mAP >= 1 - max_drop (None: no sensitivity pass)
+    check: bool = True  # measure accuracy against FP32 after calibrating
+    check_frames: int = CHECK_FRAMES
+    check_video: str | None = None  # also check (and run the sensitivity pass) on frames of this video
+    check_video_frames: int = 20
+    budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
+    threads: int = 0
+    exclude_nodes: tuple[str, ...] = ()
+    force: bool = False
+
+
+def output_paths(out: str | Path) -> dict[str, Path]:
+    p = Path(out)
+    stem = p.with_suffix("") if p.suffix == ".onnx" else p
+    return {"onnx": p if p.suffix == ".onnx" else p.with_suffix(".onnx"),
+            "cache": Path(f"{stem}.calib"), "report": Path(f"{stem}.report.json")}
+
+
+def _load(model: str | Path) -> tuple[onnx.ModelProto, bytes]:
+    path = Path(model)
+    if not path.is_file():
+        raise ModelError(f"{path}: model file not found")
+    try:
+        data = path.read_bytes()
+        return onnx.load_from_string(data), data
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+
+
+def _input_spec(model: onnx.ModelProto) -> TensorSpec:
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise CalibrationError(f"image calibration needs a model with one input; this one has {len(inputs)}")
+    vi = inputs[0]
+    tt = vi.type.tensor_type
+    if tt.elem_type != onnx.TensorProto.FLOAT:
+        raise CalibrationError(f"input {vi.name} is not float32; INT8 calibration needs a float model")
+    dims: list[int | str] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or -1) for d in tt.shape.dim]
+    return TensorSpec(vi.name, tuple(dims), np.dtype(np.float32))
+
+
+def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str) -> str:
+    from edgert import __version__
+
+    h = hashlib.sha256(model_bytes)
+    fields = {
+        "preprocess": dataclasses.asdict(config.preprocess), "method": opts.method, "percentile": opts.percentile,
+        "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [opts.trt_version, opts.cache_algorithm],
+        "max_drop": opts.max_drop, "check": [opts.check_frames, opts.check_video, opts.check_video_frames],
+        "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
+    }
+    h.update(json.dumps(fields, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:24]
+
+
+def _fresh(paths: dict[str, Path], key: str) -> dict[str, Any] | None:
+    if not all(p.exists() for p in paths.values()):
+        return None
+    try:
+        report: dict[str, Any] = json.loads(paths["report"].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if report.get("key") == key else None
+
+
+def calibrate(model: str | Path, images: str | Path, out: str | Path, config: PipelineConfig | None = None,
+              options: CalibrationOptions | None = None, progress: bool = True) -> dict[str, Any]:
+    """Calibrate ``model`` on ``images``; writes the outputs of :func:`output_paths` and returns the report."""
+    from edgert.vision.preprocess import Preprocessor
+
+    t_start = time.perf_counter()
+    config = config or PipelineConfig()
+    opts = options or CalibrationOptions()
+    paths = output_paths(out)
+    fp32, model_bytes = _load(model)
+    dataset = CalibrationImages(images, num=opts.num, seed=opts.seed)
+    key = _key(model_bytes, config, opts, dataset.fingerprint())
+    if not opts.force:
+        previous = _fresh(paths, key)
+        if previous is not None:
+            log.info("%s is up to date (same model, images, preprocessing and method)", paths["onnx"])
+            previous["up_to_date"] = True
+            return previous
+    if paths["report"].exists():
+        log.info("rebuilding %s: the model, images, preprocessing or method changed", paths["onnx"])
+
+    prepared = prepare_model(fp32)
+    plan = plan_quantization(prepared, opts.ops, opts.exclude_nodes)
+    if not plan.targets:
+        raise CalibrationError(
+            f"{model}: no layer of this model can be quantized (no Conv/Gemm/MatMul before its outputs)"
+        )
+    spec = _input_spec(prepared)
+    metadata = {p.key: p.value for p in fp32.metadata_props}
+    pre = Preprocessor(config.preprocess, spec, metadata)
+    buffer = pre.allocate()
+    tensors = [t for t in plan.activation_tensors if t not in plan.tail_tensors]
+    collector = ActivationCollector(prepared, tensors, budget_mb=opts.budget_mb, threads=opts.threads)
+
+    t0 = time.perf_counter()
+    def fill(sample: object, buf: np.ndarray) -> None:
+        pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
+
+    histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
+    collector.close()
+    t_collect = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ranges: dict[str, TensorRange] = {n: h.result(opts.method, opts.percentile) for n, h in histograms.items()}
+    t_ranges = time.perf_counter() - t0
+    observed_nonfinite = {n for n, r in ranges.items() if r.nonfinite}
+    if observed_nonfinite - plan.nonfinite_tensors:
+        log.info("non-finite values seen in %s: those stay float", ", ".join(sorted(observed_nonfinite)))
+        plan = plan_quantization(prepared, opts.ops, opts.exclude_nodes, nonfinite=observed_nonfinite)
+    amax = {n: r.amax for n, r in ranges.items()}
+
+    meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
+    qdq = write_qdq(prepared, plan, amax, metadata=meta)
+    _save(qdq, paths["onnx"])
+    cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
+    write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, opts.trt_version, opts.cache_algorithm)
+
+    accuracy: dict[str, Any] | None = None
+    sensitivity: dict[str, Any] | None = None
+    t_check = t_sens = 0.0
+    float_layers: list[str] = []
+    if opts.check or opts.max_drop is not None:
+        t0 = time.perf_counter()
+        frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
+                                            opts.check_video_frames)
+        accuracy = _accuracy(model, paths["onnx"], frames, config)
+        accuracy["frames_from"] = frames_from
+        t_check = time.perf_counter() - t0
+        value = (accuracy.get("map") or {}).get("map50_95")
+        if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
+            t0 = time.perf_counter()
+            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, progress)
+            float_layers = sens.float_layers
+            sensitivity = sens.to_dict()
+            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta)
+            _save(qdq, paths["onnx"])
+            accuracy = _accuracy(model, paths["onnx"], frames, config)
+            accuracy["frames_from"] = frames_from
+            t_sens = time.perf_counter() - t0
+
+    quantized = [t for t in plan.quantized_tensors]
+    if float_layers:
+        kept = {t.node for t in plan.targets} - set(float_layers)
+        quantized = sorted({a for t in plan.targets if t.node in kept for a in t.activations})
+    report: dict[str, Any] = {
+        "key": key, "model": str(model), "output": str(paths["onnx"]), "method": ranges_method(opts),
+        "seed": opts.seed,
+        "images": {"folder": str(images), "asked": opts.num, "used": len(dataset.used),
+                   "skipped": len(dataset.skipped), "used_files": [str(p) for p in dataset.used],
+                   "skipped_files": {str(p): why for p, why in dataset.skipped.items()}},
+        "preprocess": dataclasses.asdict(config.preprocess),
+        "summary": {
+            "quantized_layers": len(plan.targets) - len(float_layers), "qdq_tensors": len(quantized),
+            "float_layers": len(plan.skipped) + len(float_layers), "cache_tensors": len(cache_tensors),
+            "tail_nodes": len(plan.tail_nodes),
+            "nonfinite_tensors": sorted(plan.nonfinite_tensors | observed_nonfinite),
+        },
+        "float_layers": {**plan.skipped, **dict.fromkeys(float_layers, "sensitivity")},
+        "accuracy": accuracy, "sensitivity": sensitivity,
+        "trt_cache": {"version": opts.trt_version, "algorithm": opts.cache_algorithm},
+        "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "check": round(t_check, 2),
+                     "sensitivity": round(t_sens, 2), "total": round(time.perf_counter() - t_start, 2)},
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "files": {k: str(v) for k, v in paths.items()},
+        "tensors": tensor_rows(ranges, quantized, cache_tensors, plan.tail_tensors, plan.nonfinite_tensors),
+    }
+    write_report(paths["report"], report)
+    report["table"] = format_table(report)
+    return report
+
+
+def ranges_method(opts: CalibrationOptions) -> str:
+    return f"percentile {opts.percentile:g}" if opts.method == "percentile" else opts.method
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(path))
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot write the quantized model: {exc}") from exc
+
+
+def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, video: str | None,
+                  video_count: int) -> tuple[list[np.ndarray], str]:
+    """Up to ``count`` images of the folder the calibration did not use (the calibration images if there
+    are none), plus ``video_count`` frames of ``video``."""
+    try:
+        held = CalibrationImages(images, seed=1, exclude=frozenset(dataset.used), quiet=True)
+        frames = [img for _, img in itertools.islice(held, count)]
+        where = f"{len(frames)} images not used for calibration"
+    except CalibrationError:
+        again = CalibrationImages(images, seed=dataset.seed, quiet=True)
+        frames = [img for _, img in itertools.islice(again, count)]
+        where = f"{len(frames)} calibration images (the folder has no others)"
+    if video:
+        from edgert.calib.comparison import video_frames
+
+        extra = [f for _, f in video_frames(video, video_count)]
+        frames += extra
+        where += f" + {len(extra)} frames of {Path(video).name}"
+    return frames, where
+
+
+def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarray],
+              config: PipelineConfig) -> dict[str, Any]:
+    from edgert.calib.comparison import compare_detectors
+
+    try:
+        return compare_detectors(reference, candidate, ((str(i), f) for i, f in enumerate(frames)), config)
+    except ModelError as exc:
+        # Not a detector the decoders know: the raw output errors still say how close INT8 is.
+        log.info("no detection decoder for this model (%s); comparing raw outputs", exc)
+        return {"skipped": f"not a known detector: {exc}"}
+
+
+def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
+                 frames: list[np.ndarray], config: PipelineConfig, max_drop: float, progress: bool) -> Any:
+    from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
+    from edgert.calib.sensitivity import find_float_layers
+
+    reference = detections_on(model, frames, config)
+    cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
+    return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, progress=progress,
+                             log_fn=log.info)
+

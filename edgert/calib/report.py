@@ -1,0 +1,101 @@
+"""The calibration report: JSON for machines, a table for people.
+
+Per tensor: the range found, how it compares to the largest value seen, whether it got a Q/DQ pair,
+went to the TensorRT cache, or stayed float (and why). Then the accuracy check, time and peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgert.calib.histograms import TensorRange
+from edgert.errors import CalibrationError
+
+__all__ = ["format_table", "peak_rss_mb", "tensor_rows", "write_report"]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports KiB, macOS bytes)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1 << 20) if sys.platform == "darwin" else rss / 1024
+
+
+def tensor_rows(ranges: Mapping[str, TensorRange], quantized: Sequence[str], cached: Sequence[str],
+                tail: set[str], nonfinite: set[str]) -> list[dict[str, Any]]:
+    q, c = set(quantized), set(cached)
+    rows = []
+    for name, r in ranges.items():
+        if name in q:
+            role = "qdq"
+        elif name in nonfinite or r.nonfinite:
+            role = "float (non-finite)"
+        elif name in tail:
+            role = "float (decoding tail)"
+        elif name in c:
+            role = "cache"
+        else:
+            role = "float"
+        rows.append({
+            "tensor": name, "role": role, "amax": round(r.amax, 6), "scale": r.scale,
+            "min": round(r.min, 6), "max": round(r.max, 6), "abs_max": round(r.abs_max, 6),
+            "clip_ratio": round(r.clipped_fraction_hint, 4), "nonfinite": r.nonfinite, "in_cache": name in c,
+        })
+    return rows
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
+    """A readable summary: the tensors (quantized ones first), accuracy, time, memory."""
+    rows = list(report.get("tensors", []))
+    shown = [r for r in rows if r["role"] == "qdq"] + [r for r in rows if r["role"] != "qdq"]
+    lines = [f"{'tensor':<48} {'role':<22} {'amax':>10} {'abs max':>10} {'amax/max':>8}"]
+    for r in shown[:max_rows]:
+        lines.append(f"{_short(r['tensor'], 48):<48} {r['role']:<22} {r['amax']:>10.4g} {r['abs_max']:>10.4g} "
+                     f"{r['clip_ratio']:>8.3f}")
+    if len(shown) > max_rows:
+        lines.append(f"... {len(shown) - max_rows} more tensors in the JSON report")
+    s = report.get("summary", {})
+    lines.append("")
+    lines.append(f"model        {report.get('model')}  ->  {report.get('output')}")
+    lines.append(f"method       {report.get('method')}  images {report.get('images', {}).get('used')} "
+                 f"(skipped {report.get('images', {}).get('skipped')})  seed {report.get('seed')}")
+    lines.append(f"quantized    {s.get('quantized_layers')} layers, {s.get('qdq_tensors')} activation Q/DQ pairs; "
+                 f"{s.get('float_layers')} layers kept float; {s.get('cache_tensors')} tensors in the TensorRT cache")
+    acc = report.get("accuracy")
+    if acc and acc.get("map"):
+        m, ms = acc["map"], acc.get("map_strict", {})
+        lines.append(f"accuracy     mAP@0.5:0.95 {m.get('map50_95')} (mAP@0.5 {m.get('map50')}) vs FP32 detections "
+                     f"on {acc.get('frames')} frames ({acc.get('frames_from')}); strict {ms.get('map50_95')}")
+    elif acc and acc.get("outputs"):
+        errs = ", ".join(f"{o['output']}: normalized MSE {o['normalized_mse']}" for o in acc["outputs"])
+        lines.append(f"accuracy     {errs}")
+    elif acc and acc.get("skipped"):
+        lines.append(f"accuracy     not measured: {acc['skipped']}")
+    sens = report.get("sensitivity")
+    if sens:
+        lines.append(f"sensitivity  {len(sens.get('float_layers', []))} layer(s) left in float; "
+                     f"target {'met' if sens.get('target_met') else 'NOT met'}")
+    t = report.get("timing_s", {})
+    lines.append(f"time         {t.get('total')} s (statistics {t.get('collect')} s, ranges {t.get('ranges')} s, "
+                 f"check {t.get('check')} s, sensitivity {t.get('sensitivity')} s)")
+    lines.append(f"peak memory  {report.get('peak_rss_mb')} MiB RSS")
+    files = report.get("files", {})
+    lines.append(f"wrote        {', '.join(str(v) for v in files.values())}")
+    return "\n".join(lines)
+
+
+def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
+    p = Path(path)
+    try:
+        p.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CalibrationError(f"{p}: cannot write the report: {exc}") from exc
+    return p
