@@ -157,7 +157,10 @@ def test_kernel_sources_are_packaged() -> None:
 def test_filter_reference_gives_the_cpu_decoders_detections(assets: Path, model: str) -> None:
     from edgert.vision.detector import Detector
 
-    with Detector(assets / "models" / "detection" / model, backend="onnxruntime") as det:
+    path = assets / "models" / "detection" / model
+    if not path.exists():
+        pytest.skip(f"{model} is not in this assets folder ({assets})")
+    with Detector(path, backend="onnxruntime") as det:
         for name in ("bus.jpg", "zidane.jpg"):
             img = cv2.imread(str(assets / "images" / name))
             t = det.preprocess(img)
