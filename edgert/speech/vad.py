@@ -185,7 +185,7 @@ class VoiceActivity:
                     self._temp_end = here
                 if self._pos - self._temp_end >= self._min_silence:
                     closed += self._close(self._temp_end, self._pos)
-            elif self._pos - self._start >= self._max_speech:
+            elif self._pos + WINDOW - self._start > self._max_speech:  # the next window would be too long
                 closed += self._close(self._pos, self._pos)
         if not self._triggered:
             self._trim_history()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.backends import Session, SessionOptions, open_session
-from edgert.errors import ModelError
+from edgert.errors import InputError, ModelError
 from edgert.speech.audio import SAMPLE_RATE, AudioChunk
 from edgert.speech.results import WakeEvent
 
@@ -83,13 +83,15 @@ class WakeWord:
         self._sessions: list[Session] = []
         try:
             self.mel = self._open(melspec, backend, SessionOptions(threads=threads,
-                                  shapes={self._first_input(melspec): (1, MEL_CONTEXT + STEP_SAMPLES)}))
+                                  shapes={self._first_input(melspec): (1, MEL_CONTEXT + STEP_SAMPLES)}),
+                                  "melspectrogram model (input float32[1,samples])")
             spec = self.mel.input_specs[0]
             if len(self.mel.input_specs) != 1 or len(spec.shape) != 2:
                 raise ModelError(f"{melspec}: not openWakeWord's melspectrogram model: inputs are "
                                  f"{_describe(self.mel)}; expected input float32[1,samples]")
             self.embed = self._open(embedding, backend, SessionOptions(
-                threads=threads, shapes={self._first_input(embedding): (1, EMBEDDING_WINDOW, MEL_BINS, 1)}))
+                threads=threads, shapes={self._first_input(embedding): (1, EMBEDDING_WINDOW, MEL_BINS, 1)}),
+                "embedding model (input float32[batch,76,32,1])")
             espec = self.embed.input_specs[0]
             if len(self.embed.input_specs) != 1 or tuple(espec.shape[1:]) != (EMBEDDING_WINDOW, MEL_BINS, 1):
                 raise ModelError(f"{embedding}: not openWakeWord's embedding model: inputs are "
@@ -129,8 +131,11 @@ class WakeWord:
             raise ModelError(f"{path}: the model has no inputs")
         return str(names[0])
 
-    def _open(self, path: Path, backend: str, options: SessionOptions) -> Session:
-        sess = open_session(path, backend, options)
+    def _open(self, path: Path, backend: str, options: SessionOptions, what: str = "") -> Session:
+        try:
+            sess = open_session(path, backend, options)
+        except InputError as exc:  # the shape we ask for does not fit the model's input
+            raise ModelError(f"{path}: not openWakeWord's {what}: {exc}") from None
         self._sessions.append(sess)
         return sess
 

@@ -1,0 +1,77 @@
+"""Whisper tiny.en: greedy decoding on a real clip, the bucketed (fixed-shape) decoder agreeing with
+the exact-length one, and clear errors for model folders that are not Whisper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgert.errors import InputError, ModelError
+from edgert.speech import SpeechSegment, Transcriber, Transcript, normalize_text, wer
+
+from ..helpers import tiny_model
+
+
+def test_transcribes_a_real_clip(whisper: Transcriber, clip_0930: np.ndarray) -> None:
+    t = whisper.transcribe(clip_0930, start=1.5, stream="clip")
+    assert normalize_text(t.text) == "he might even have been made amiable himself".split()
+    assert t.start == 1.5 and t.end == pytest.approx(1.5 + len(clip_0930) / 16000)
+    assert not t.truncated and t.tokens and all(tok < 50256 for tok in t.tokens)
+    assert whisper.decoder_mode == "exact"
+
+
+def test_segment_times_are_kept(whisper: Transcriber, clip_0930: np.ndarray) -> None:
+    seg = SpeechSegment(start=4.0, end=7.29, probability=0.9, stream="s", audio=clip_0930)
+    t = whisper.transcribe_segment(seg)
+    assert (t.start, t.end, t.stream) == (4.0, 7.29, "s")
+    with pytest.raises(InputError, match="no audio"):
+        whisper.transcribe_segment(SpeechSegment(start=0.0, end=1.0, probability=0.5))
+
+
+def test_bucketed_decoder_gives_the_same_tokens(speech_models: Path, whisper: Transcriber,
+                                                clip_0930: np.ndarray) -> None:
+    exact = whisper.transcribe(clip_0930)
+    with Transcriber(speech_models / "whisper-tiny.en", "onnxruntime", decoder="bucketed", max_tokens=40) as b:
+        assert b.decoder_mode == "bucketed"
+        assert b.transcribe(clip_0930).tokens == exact.tokens
+
+
+def test_max_tokens_marks_truncation(whisper: Transcriber, clip_0930: np.ndarray) -> None:
+    whisper.max_tokens = 3
+    try:
+        t = whisper.transcribe(clip_0930)
+    finally:
+        whisper.max_tokens = 224
+    assert t.truncated and len(t.tokens) == 3
+
+
+def test_wrong_input_dtype(whisper: Transcriber) -> None:
+    with pytest.raises(InputError, match="float32"):
+        whisper.transcribe(np.zeros(16000, dtype=np.int16))
+
+
+def test_model_folders_that_are_not_whisper(tmp_path: Path, speech_models: Path) -> None:
+    with pytest.raises(ModelError, match="is a folder holding encoder.onnx"):
+        Transcriber(speech_models / "silero_vad.onnx")
+    with pytest.raises(ModelError, match="lacks decoder.onnx, tokenizer.json"):
+        tiny_model(tmp_path / "encoder.onnx")
+        Transcriber(tmp_path)
+    # An encoder with the wrong inputs, next to the real decoder and tokenizer (linked, not copied).
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    tiny_model(fake / "encoder.onnx", (1, 3, 8, 8))
+    for name in ("decoder.onnx", "tokenizer.json"):
+        (fake / name).symlink_to(speech_models / "whisper-tiny.en" / name)
+    with pytest.raises(ModelError, match="not a Whisper encoder"):
+        Transcriber(fake, "onnxruntime")
+
+
+def test_results_validate_themselves() -> None:
+    with pytest.raises(ValueError, match="start <= end"):
+        Transcript(text="x", start=2.0, end=1.0)
+    with pytest.raises(ValueError, match="probability"):
+        SpeechSegment(start=0.0, end=1.0, probability=1.5)
+    assert wer(["a b c d"], ["a x c"]) == 0.5
+    assert normalize_text("Cold-hearted, Mr. O'Brien!") == ["cold", "hearted", "mr", "o'brien"]
