@@ -74,7 +74,7 @@ def test_truncated_wav_is_an_error(tmp_path: Path, librivox: Path) -> None:
     with pytest.raises(SourceError, match="truncated WAV"):
         FileSource(path)
     (tmp_path / "hdr.wav").write_bytes(data[:30])
-    with pytest.raises(SourceError, match="hdr.wav"):
+    with pytest.raises(SourceError, match=r"hdr\.wav"):
         FileSource(tmp_path / "hdr.wav")
 
 
