@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from edgert import __version__
 from edgert.errors import EdgertError
+from edgert.service.journal import JournalFormatter, stderr_is_journal
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
 # dependencies inside its run function, so --help works whatever is installed.
@@ -28,6 +29,9 @@ def _setup_logging(verbosity: int) -> None:
     # A level prefix on every line: journald and humans both read it (no timestamps: journald adds them).
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr, force=True)
+    if stderr_is_journal():  # under systemd: <N> priority prefixes, so `journalctl -p warning` works
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgertError as exc:
         if args.debug:
             raise
-        print(f"edgert: error: {exc}", file=sys.stderr)
+        print(f"{'<3>' if stderr_is_journal() else ''}edgert: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgert: interrupted", file=sys.stderr)

@@ -93,15 +93,19 @@ class SystemdObserver:
             self.notifier.status(status_line(stats))
             self._last_status = now
 
-    def stop_requested(self) -> None:
-        """Say STOPPING=1 as soon as a stop is asked for (SIGTERM), before sinks are flushed."""
+    def on_stop_requested(self, reason: str = "") -> None:
+        """Say STOPPING=1 as soon as a stop is asked for (SIGTERM), before sinks are flushed.
+
+        A pipeline that tells observers about stop requests calls this; otherwise :meth:`on_stop` sends
+        STOPPING=1 after the sinks are flushed, just before the process exits.
+        """
         if not self._stopping:
             self._stopping = True
             self.notifier.stopping(status="stopping: flushing sinks")
 
     def on_stop(self, summary: Any) -> None:
         frames = _field(summary, "frames")
-        self.stop_requested()
+        self.on_stop_requested()
         if frames is not None:
             self.notifier.status(f"stopped after {frames} frames")
 

@@ -62,7 +62,7 @@ def test_a_stalled_pipeline_sends_no_pings(path_receiver: NotifyReceiver) -> Non
 def test_stop_requested_says_stopping_once(path_receiver: NotifyReceiver) -> None:
     observer = SystemdObserver(Notifier(path_receiver.address), watchdog_s=None)
     observer.on_start({})
-    observer.stop_requested()
+    observer.on_stop_requested("SIGTERM")
     observer.on_frame(PipelineStats())  # frames still draining: no pings, no status after STOPPING
     observer.on_stop({})
     observer.close()
