@@ -201,12 +201,15 @@ class _TensorRTFamily(Backend):
 
     def open(self, model: str | Path, options: SessionOptions | None = None) -> TensorRTSession:
         from edgert.backends.cuda import CudaDevice
+        from edgert.build.engine_cache import check_loadable
 
         options = options or SessionOptions()
         path = self._model_path(model)
         if path.suffix.lower() == ".onnx":
             path = engine_for_onnx(path, self.name)
         trt = self._trt()
+        # The sidecar says which TensorRT built the engine: a foreign one fails here, before CUDA starts.
+        check_loadable(path, self.name, str(trt.__version__), None)
         device = CudaDevice.get(options.device)
         return TensorRTSession(_Engine(trt, self.name, path, device), options)
 

@@ -149,10 +149,11 @@ def cached_engine_matches(engine: Path, want: EngineRecord) -> tuple[bool, str]:
     return True, "matches"
 
 
-def check_loadable(engine: Path, backend: str, trt_version: str, gpu: GpuIdentity) -> EngineRecord | None:
+def check_loadable(engine: Path, backend: str, trt_version: str, gpu: GpuIdentity | None) -> EngineRecord | None:
     """Raise EngineCacheError when the sidecar says ``engine`` was built for another TensorRT or GPU.
 
     Engines without a sidecar (built by trtexec, Ultralytics, DeepStream) pass: TensorRT itself checks them.
+    ``gpu`` None checks the TensorRT version only (before CUDA is started).
     """
     record = read_sidecar(engine)
     if record is None:
@@ -167,6 +168,8 @@ def check_loadable(engine: Path, backend: str, trt_version: str, gpu: GpuIdentit
     # TensorRT runs an engine on GPUs of the compute capability it was built for. TensorRT-RTX engines
     # built without a GPU (CPU_BUILD) are compiled for the GPU at first load, so they carry none.
     built_cc = record.gpu.compute_capability
+    if gpu is None:
+        return record
     if record.gpu.name != CPU_BUILD and built_cc and gpu.compute_capability and built_cc != gpu.compute_capability:
         raise EngineCacheError(
             f"{engine}: built for {record.gpu.name} (compute {built_cc}), this GPU is {gpu.name} "
