@@ -104,21 +104,80 @@ def _optional(module: str) -> Any:
     return importlib.import_module(module)
 
 
-def _power_admission(config: Any) -> tuple[Callable[[], None] | None, list[Any], list[Callable[[], None]]]:
-    """The power-budget controller's admission hook (and observers/closers) when a budget is set."""
-    from edgert.errors import ConfigError
+class _PowerWatts:
+    """Fills ``PipelineStats.watts`` from a power sampler (the budget controller's, or one of our own).
 
-    if config.power.budget_w is None:
-        return None, [], []
-    power = _optional("edgert.power")
-    make = getattr(power, "budget_admission", None) if power is not None else None
-    if make is None:
-        raise ConfigError("--power-budget: the power budget controller is not available in this edgert")
-    hook = make(config.power)
-    admit = getattr(hook, "admit", None) or (hook if callable(hook) else None)
-    observers = [hook] if hasattr(hook, "on_frame") else []
-    closers = [hook.close] if hasattr(hook, "close") else []
-    return admit, observers, closers
+    Reads the sampler's one-second moving average every few frames, from the pipeline's progress.
+    """
+
+    def __init__(self, sampler: Any, rail: str | None, count_frames: bool) -> None:
+        self.sampler = sampler
+        self.rail = rail
+        self.count_frames = count_frames
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        pass
+
+    def on_frame(self, stats: Any) -> None:
+        if self.count_frames:
+            self.sampler.frame_done()
+        if stats.frames % 10 == 1:
+            watts = self.sampler.moving_average(1.0, self.rail)
+            if watts is not None:
+                stats.watts = float(watts)
+
+    def on_stop(self, summary: dict[str, Any]) -> None:
+        pass
+
+
+class _PowerHooks:
+    """What the power package adds to a run: the budget's admission hook, live watts, a power summary."""
+
+    def __init__(self, config: Any) -> None:
+        self.admit: Callable[[], None] | None = None
+        self.observers: list[Any] = []
+        self._controller: Any = None
+        self._sampler: Any = None
+        power = _optional("edgert.power")
+        if config.power.budget_w is not None:
+            make = getattr(power, "budget_admission", None) if power is not None else None
+            if make is None:
+                from edgert.errors import ConfigError
+
+                raise ConfigError("--power-budget: the power budget controller is not available in this edgert")
+            self._controller = make(config.power)
+            self.admit = self._controller.admit
+            self.observers.append(_PowerWatts(self._controller.sampler, config.power.rail, count_frames=False))
+            return
+        # No budget: still show watts when this machine has a meter (INA3221 on a Jetson, NVML, RAPL).
+        meters = _optional("edgert.power.meters")
+        sampler_mod = _optional("edgert.power.sampler")
+        if meters is None or sampler_mod is None:
+            return
+        from edgert.errors import EdgertError
+
+        try:
+            meter = meters.open_meter(config.power.meter)
+            if not meter.available:
+                return
+            self._sampler = sampler_mod.PowerSampler(meter, hz=config.power.sample_hz).start()
+        except EdgertError as exc:
+            log.info("no power readings: %s", exc)
+            return
+        self.observers.append(_PowerWatts(self._sampler, config.power.rail, count_frames=True))
+
+    def summary(self) -> dict[str, Any] | None:
+        if self._controller is not None:
+            return dict(self._controller.stats())
+        if self._sampler is not None:
+            return dict(self._sampler.summary())
+        return None
+
+    def close(self) -> None:
+        if self._controller is not None:
+            self._controller.close()
+        if self._sampler is not None:
+            self._sampler.stop()
 
 
 def _service_observers(args: argparse.Namespace) -> tuple[list[Any], list[Callable[[], None]]]:
@@ -215,22 +274,27 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
         raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
     if not config.source.uri:
         raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
-    admit, observers, closers = _power_admission(config)
-    service_observers, service_closers = _service_observers(args)
-    observers += service_observers + list(extra_observers or [])
-    closers += service_closers
-    if sys.stderr.isatty() and not getattr(args, "json", False):
-        observers.append(_Progress(config.runtime.max_frames))
+    power = _PowerHooks(config)
+    closers: list[Callable[[], None]] = [power.close]
     try:
-        pipeline = Pipeline(config, observers=observers, admit=admit)
-        _announce_web_previews(pipeline, config)
-        return pipeline.run()
+        service_observers, service_closers = _service_observers(args)
+        closers += service_closers
+        observers = power.observers + service_observers + list(extra_observers or [])
+        if sys.stderr.isatty() and not getattr(args, "json", False):
+            observers.append(_Progress(config.runtime.max_frames))
+        pipeline = Pipeline(config, observers=observers, admit=power.admit)
+        _announce_web_previews(config)
+        summary = pipeline.run()
+        power_summary = power.summary()
+        if power_summary is not None:
+            summary["power"] = power_summary
+        return summary
     finally:
         for close in closers:
             close()
 
 
-def _announce_web_previews(pipeline: Any, config: Any) -> None:
+def _announce_web_previews(config: Any) -> None:
     for uri in config.sinks:
         if uri.startswith("http://"):
             print(f"edgert: web preview at {uri.rstrip('/')}/ (when the pipeline has started)", file=sys.stderr)
