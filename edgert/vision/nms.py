@@ -1,19 +1,53 @@
-"""Class-aware non-maximum suppression in numpy.
+"""Class-aware non-maximum suppression: OpenCV's ``cv2.dnn.NMSBoxes`` when OpenCV is there, else numpy.
 
 Class awareness uses the offset trick: every class's boxes are shifted by ``class_id * span`` so boxes
-of different classes never overlap, and one greedy pass handles all classes. Each greedy step is one
-vectorised IoU of the best remaining box against the rest, so the Python loop runs once per *kept* box
-(bounded by ``max_det``), not once per candidate.
+of different classes never overlap, and one greedy pass handles all classes (``NMSBoxesBatched`` does the
+same inside; ``NMSBoxes`` plus the offset also works on OpenCV 4.5, JetPack 5's). On the real candidates
+of nanodet and yolov3-tiny (scripts/bench_preprocess.py) OpenCV returns the same boxes 7-20x faster than
+the numpy loop, which stays as the fallback: each of its greedy steps is one vectorised IoU of the best
+remaining box against the rest, so its Python loop runs once per *kept* box, not once per candidate.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
-__all__ = ["iou_matrix", "nms", "nms_indices"]
+from edgert._lazy import lazy_import
+from edgert.errors import BackendUnavailable
+
+__all__ = ["iou_matrix", "nms", "nms_indices", "nms_indices_numpy", "nms_indices_opencv"]
 
 #: Candidates beyond this many (highest scores first) are dropped before NMS, as Ultralytics does.
 MAX_CANDIDATES = 30000
+
+
+_CV2: ModuleType | bool | None = False  # False: not looked up yet; None: not installed
+
+
+def _cv2() -> ModuleType | None:
+    global _CV2
+    if _CV2 is False:
+        try:
+            _CV2 = lazy_import("cv2")
+        except BackendUnavailable:
+            _CV2 = None
+        if _CV2 is not None and not hasattr(_CV2, "dnn"):
+            _CV2 = None
+    return _CV2 if isinstance(_CV2, ModuleType) else None
+
+
+def _ordered(xyxy: np.ndarray, scores: np.ndarray, class_id: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates best first (at most MAX_CANDIDATES), with boxes offset per class."""
+    order = np.argsort(-scores, kind="stable")
+    if order.shape[0] > MAX_CANDIDATES:
+        order = order[:MAX_CANDIDATES]
+    boxes = xyxy[order].astype(np.float32, copy=False)
+    if class_id is not None and order.shape[0] > 1:
+        span = float(max(np.abs(boxes).max(), 0.0)) * 2.0 + 1.0
+        boxes = boxes + (class_id[order].astype(np.float32) * span)[:, None]
+    return order, boxes
 
 
 def nms_indices(
@@ -23,20 +57,53 @@ def nms_indices(
     class_id: np.ndarray | None = None,
     max_det: int = 300,
 ) -> np.ndarray:
-    """Indices of the boxes kept, best score first.
+    """Indices of the boxes kept, best score first (OpenCV when installed, else numpy).
 
     ``xyxy`` (N, 4), ``scores`` (N,); with ``class_id`` boxes only suppress boxes of their own class.
+    A box is suppressed by a better one of its class when their IoU exceeds ``iou_threshold``.
     """
-    n = int(scores.shape[0])
-    if n == 0:
+    if _cv2() is not None:
+        return nms_indices_opencv(xyxy, scores, iou_threshold, class_id, max_det)
+    return nms_indices_numpy(xyxy, scores, iou_threshold, class_id, max_det)
+
+
+def nms_indices_opencv(
+    xyxy: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    class_id: np.ndarray | None = None,
+    max_det: int = 300,
+) -> np.ndarray:
+    """:func:`nms_indices` by ``cv2.dnn.NMSBoxes`` on class-offset boxes."""
+    cv2 = _cv2()
+    if cv2 is None:
+        raise BackendUnavailable("OpenCV is not installed: use nms_indices_numpy")
+    if scores.shape[0] == 0:
         return np.zeros((0,), np.intp)
-    order = np.argsort(-scores, kind="stable")
-    if n > MAX_CANDIDATES:
-        order = order[:MAX_CANDIDATES]
-    boxes = xyxy[order].astype(np.float32, copy=False)
-    if class_id is not None and n > 1:
-        span = float(max(boxes.max(), 0.0)) + 1.0
-        boxes = boxes + (class_id[order].astype(np.float32) * span)[:, None]
+    order, boxes = _ordered(xyxy, scores, class_id)
+    xywh = np.empty(boxes.shape, np.float64)  # Rect2d: x, y, width, height
+    xywh[:, :2] = boxes[:, :2]
+    np.subtract(boxes[:, 2:], boxes[:, :2], out=xywh[:, 2:])
+    # OpenCV gets ranks, not scores: boxes are already best first, ranks are positive (it keeps
+    # score > threshold >= 0; thresholds were the decoder's job) and ties break as in the numpy path.
+    ranks = np.arange(order.shape[0], 0, -1, dtype=np.float32)
+    kept = np.asarray(cv2.dnn.NMSBoxes(xywh, ranks, 0.0, float(iou_threshold)), np.intp).reshape(-1)
+    kept.sort()  # positions in `order`: ascending is best first
+    result: np.ndarray = order[kept[:max_det]]
+    return result
+
+
+def nms_indices_numpy(
+    xyxy: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    class_id: np.ndarray | None = None,
+    max_det: int = 300,
+) -> np.ndarray:
+    """:func:`nms_indices` in numpy: one vectorised IoU per kept box."""
+    if scores.shape[0] == 0:
+        return np.zeros((0,), np.intp)
+    order, boxes = _ordered(xyxy, scores, class_id)
     x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
     areas = np.maximum(x2 - x1, 0.0) * np.maximum(y2 - y1, 0.0)
     alive = np.arange(order.shape[0])
