@@ -287,7 +287,6 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "SUMMARY": summary.replace("%", "%%"),
         "START_LIMIT_INTERVAL": str(opts.start_limit_interval_s),
         "START_LIMIT_BURST": str(opts.start_limit_burst),
-        "WATCHDOG_SEC": str(opts.watchdog_s),
         "RESTART_SEC": str(opts.restart_s),
         "START_TIMEOUT": str(opts.start_timeout_s),
         "STOP_TIMEOUT": str(opts.stop_timeout_s),
@@ -302,7 +301,22 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         # libargus talks to nvargus-daemon through /tmp/argus_socket: a private /tmp would hide it.
         "PRIVATE_TMP": "no" if kind == "csi" else "yes",
     }
+    if config.task == "detect":
+        service_type = [
+            "# edgert says READY=1 once the model is loaded and the first frame went through, and WATCHDOG=1",
+            "# from the pipeline's progress: a pipeline that stops delivering frames is killed (SIGABRT, with a",
+            "# Python traceback of every thread in the journal) and restarted after WatchdogSec.",
+            "Type=notify",
+            "NotifyAccess=main",
+            f"WatchdogSec={opts.watchdog_s}",
+        ]
+    else:
+        service_type = [
+            f"# The {config.task} pipeline does not report its progress to systemd yet: no READY=1, no watchdog.",
+            "Type=exec",
+        ]
     blocks = {
+        "SERVICE_TYPE": service_type,
         "UNIT_ORDERING": ordering,
         "ENVIRONMENT": environment,
         "EXEC_START_PRE": prestart,

@@ -153,6 +153,16 @@ def test_source_kinds(uri: str, kind: str) -> None:
     assert source_kind(uri) == kind
 
 
+def test_speech_pipelines_get_no_watchdog_they_cannot_feed(tmp_path: Path) -> None:
+    config = _config(task="wakeword", model={"path": "/srv/m.onnx"}, source={"uri": "alsa://default"})
+    text = render_unit(config, UnitOptions(name="ears", config_path="/srv/c.yaml", edgert=_edgert_here()))
+    unit = tmp_path / "edgert-ears.service"
+    unit.write_text(text)
+    verify(unit)
+    assert _values(text, "Type") == ["exec"]
+    assert _values(text, "WatchdogSec") == [] and _values(text, "NotifyAccess") == []
+
+
 def test_rtsp_output_also_waits_for_the_network() -> None:
     config = _config(model={"path": "/m.onnx"}, source={"uri": "/dev/video0"}, sinks=["rtsp://mediamtx:8554/out"])
     text = render_unit(config, UnitOptions(name="pub", config_path="/c.yaml", edgert="/usr/bin/edgert"))
