@@ -157,8 +157,11 @@ def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[s
     if backend not in ("tensorrt", "tensorrt-rtx") or model.suffix.lower() != ".onnx":
         return model, None
     from edgert.build import BuildOptions, build_engine, parse_shapes
+    from edgert.build.onnx_info import file_sha256
+    from edgert.build.timing_cache import default_cache_dir
 
-    out = model.with_name(f"{model.stem}.{backend}.{precision}.engine")
+    # Engines for benchmarking go to the cache, not beside the model (which may be read-only or shared).
+    out = default_cache_dir() / "engines" / f"{model.stem}-{file_sha256(model)[:12]}.{backend}.{precision}.engine"
     res = build_engine(model, out, BuildOptions(backend=backend, precision=precision,
                                                 profiles=tuple(parse_shapes(shapes))))
     return res.engine, res.summary()

@@ -179,3 +179,13 @@ def test_progress_indicator_and_json(tmp_path: Path, env: dict[str, str]) -> Non
     data = json.loads(res.stdout)
     assert data["status"] == "built" and data["record"]["edgert_sidecar"] == 1
     assert os.path.exists(data["engine"]) and os.path.exists(data["sidecar"])
+
+
+def test_explicit_qdq_model_builds_as_int8(tmp_path: Path, env: dict[str, str]) -> None:
+    from tests.build.test_onnx_info import qdq_model
+
+    model = qdq_model(tmp_path / "q.onnx")
+    out, _ = build(str(model), "--precision", "int8", env=env)
+    assert out.startswith("built") and ", int8," in out
+    side = json.loads((tmp_path / "q.engine.json").read_text())
+    assert side["builder_flags"]["explicit_quantization"] is True and side["precision"] == "int8"
