@@ -70,7 +70,13 @@ class Detector:
         try:
             spec = image_input(session)
             self.preprocessor = Preprocessor(self.config.preprocess, spec, session.metadata)
-            if session.inputs[spec.name].shape != self.preprocessor.input_shape and self._owns_session:
+            if session.inputs[spec.name].shape != self.preprocessor.input_shape:
+                if not self._owns_session:
+                    raise ModelError(
+                        f"the session's input buffer {spec.name} is {list(session.inputs[spec.name].shape)} but the "
+                        f"preprocessing needs {list(self.preprocessor.input_shape)}. "
+                        f"Note: open the session with SessionOptions(shapes={{'{spec.name}': ...}})"
+                    )
                 # A model with a dynamic image size: reopen with the size the preprocessing resolved.
                 session.close()
                 shapes = {spec.name: self.preprocessor.input_shape}

@@ -97,6 +97,26 @@ def model_image_size(metadata: Mapping[str, str] | None) -> tuple[int, int] | No
     return None
 
 
+def _stride_multiple(
+    height: int, width: int, fixed_h: int | None, fixed_w: int | None, metadata: Mapping[str, str] | None
+) -> tuple[int, int]:
+    """A dynamic-size Ultralytics model needs sides that are multiples of its ``stride``: round up, as it does."""
+    raw = (metadata or {}).get("stride", "")
+    stride = int(raw) if raw.strip().isdigit() and int(raw) > 0 else 1
+    new_h = height if fixed_h is not None else -(-height // stride) * stride
+    new_w = width if fixed_w is not None else -(-width // stride) * stride
+    if (new_h, new_w) != (height, width):
+        log.warning(
+            "input size %dx%d rounded up to %dx%d, a multiple of the model's stride %d",
+            height,
+            width,
+            new_h,
+            new_w,
+            stride,
+        )
+    return new_h, new_w
+
+
 def _fixed(d: Any) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
@@ -155,6 +175,7 @@ class Preprocessor:
         self._alpha = np.array([scale / s for s in config.std], np.float32)
         self._beta = np.array([-m / s for m, s in zip(config.mean, config.std)], np.float32)
         self._identity = bool(np.all(self._alpha == 1.0) and np.all(self._beta == 0.0))
+        self._has_beta = bool(np.any(self._beta != 0.0))
         self._uniform = bool(np.all(self._alpha == self._alpha[0]) and np.all(self._beta == self._beta[0]))
         self._src_channel = (2, 1, 0) if config.color == "rgb" else (0, 1, 2)
         if self.input_dtype == np.uint8 and not self._identity:
@@ -215,12 +236,12 @@ class Preprocessor:
                     f"preprocess.size {[ch, cw]} does not fit the model input {spec.describe()}. "
                     f"Note: the model takes {h}x{w} (height x width)"
                 )
-            return ch, cw
+            return _stride_multiple(ch, cw, h, w, metadata)
         if h is not None and w is not None:
             return h, w
         from_meta = model_image_size(metadata)
         if from_meta is not None:
-            return from_meta
+            return _stride_multiple(from_meta[0], from_meta[1], h, w, metadata)
         raise ConfigError(
             f"the model input {spec.describe()} has no fixed image size. Note: set preprocess.size: [height, width]"
         )
@@ -300,27 +321,23 @@ class Preprocessor:
             for c in range(3):
                 self._plane(self._planes[self._src_channel[c]], sample[c], c)
             return
-        src = (
-            self._canvas
-            if self._rgb is None
-            else self._cv2.cvtColor(self._canvas, self._cv2.COLOR_BGR2RGB, dst=self._rgb)
-        )
+        cv2 = self._cv2
+        if self._identity and self._rgb is not None and sample.dtype == np.uint8:
+            self._into(sample, cv2.cvtColor(self._canvas, cv2.COLOR_BGR2RGB, dst=sample))  # one pass, no scratch
+            return
+        src = self._canvas if self._rgb is None else cv2.cvtColor(self._canvas, cv2.COLOR_BGR2RGB, dst=self._rgb)
         if self._identity:
             np.copyto(sample, src, casting="unsafe")
         elif self._cv_depth is None:
             np.multiply(src, self._alpha, out=sample, dtype=np.float32, casting="same_kind")
-            if not np.all(self._beta == 0.0):
+            if self._has_beta:
                 np.add(sample, self._beta, out=sample, casting="same_kind")
         elif self._uniform:
-            self._into(
-                sample,
-                self._cv2.addWeighted(
-                    src, self._alpha_c[0], src, 0.0, self._beta_c[0], dst=sample, dtype=self._cv_depth
-                ),
-            )
+            a, b = self._alpha_c[0], self._beta_c[0]
+            self._into(sample, cv2.addWeighted(src, a, src, 0.0, b, dst=sample, dtype=self._cv_depth))
         else:
-            self._into(sample, self._cv2.multiply(src, self._alpha4, dst=sample, dtype=self._cv_depth))
-            self._into(sample, self._cv2.add(sample, self._beta4, dst=sample))
+            self._into(sample, cv2.multiply(src, self._alpha4, dst=sample, dtype=self._cv_depth))
+            self._into(sample, cv2.add(sample, self._beta4, dst=sample))
 
     def _plane(self, src: np.ndarray, dst: np.ndarray, c: int) -> None:
         """One channel: ``dst = src * alpha[c] + beta[c]`` in the output dtype."""

@@ -176,6 +176,21 @@ def test_dynamic_image_size_from_ultralytics_metadata(tmp_path: Path) -> None:
     np.testing.assert_allclose(result.xyxy[0], RED, atol=0.01)
 
 
+def test_detector_on_a_session_it_does_not_own(tmp_path: Path) -> None:
+    from edgert.backends import SessionOptions, open_session
+
+    meta = {"imgsz": "[100, 100]"}
+    model = rectangle_finder(tmp_path / "m.onnx", "NCHW", size=("height", "width"), metadata=meta)
+    cfg = config(tmp_path, "preprocess: {scale: 1.0}")
+    # dynamic dims opened as 1x1: not what the preprocessing needs
+    with open_session(model, "onnxruntime") as session, pytest.raises(ModelError, match=r"needs \[1, 3, 100, 100\]"):
+        Detector(model, cfg, session=session)
+    with open_session(model, "onnxruntime", SessionOptions(shapes={"images": (1, 3, 100, 100)})) as session:
+        with Detector(model, cfg, session=session) as det:
+            np.testing.assert_allclose(det(frame_with_rectangles()).xyxy[0], RED, atol=0.01)
+        session.infer()  # closing the detector left the caller's session open
+
+
 def test_frames_of_other_sizes(tmp_path: Path) -> None:
     model = rectangle_finder(tmp_path / "m.onnx")
     with Detector(model, config(tmp_path, "preprocess: {scale: 1.0}")) as det:

@@ -168,6 +168,9 @@ def test_size_from_ultralytics_metadata() -> None:
     assert pre.input_shape == (1, 3, 256, 320)
     with pytest.raises(ConfigError, match=r"preprocess.size"):
         Preprocessor(PreprocessConfig(), dyn)
+    # a dynamic Ultralytics model takes multiples of its stride: rounded up, as Ultralytics does
+    pre = Preprocessor(PreprocessConfig(size=(250, 330)), dyn, {"stride": "32"})
+    assert pre.input_shape == (1, 3, 256, 352)
 
 
 @pytest.mark.parametrize(

@@ -56,8 +56,11 @@ _END2END_MAX_ROWS = 1000
 
 
 class Decoder(Protocol):
+    """Outputs of one inference -> detections in the original frame. Not re-entrant: one per thread."""
+
     names: tuple[str, ...]
     kind: str
+    config: DecodeConfig
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections: ...
 
