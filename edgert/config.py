@@ -262,8 +262,12 @@ def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ..
             _key_lines(item, path, out)
 
 
-def load_config(path: str | Path, cls: type[T] = PipelineConfig) -> T:  # type: ignore[assignment]
-    """Load a YAML file into ``cls``; every problem is a one-line :class:`ConfigError`."""
+@typing.overload
+def load_config(path: str | Path) -> PipelineConfig: ...
+@typing.overload
+def load_config(path: str | Path, cls: type[T]) -> T: ...
+def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
+    """Load a YAML file into ``cls`` (a pipeline by default); every problem is a one-line :class:`ConfigError`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
