@@ -26,6 +26,7 @@ from edgert.errors import ServiceError
 from edgert.service.unit import (
     DEFAULT_DEVICE_ALLOW,
     UnitOptions,
+    check_service_paths,
     discover_device_allow,
     output_paths,
     render_unit,
@@ -108,9 +109,9 @@ def plan_install(config_path: str | Path, name: str, *, user: str = "edgert", un
     unit = unit_name(name)
     config_abs = Path(config_path).resolve()
     config: PipelineConfig = load_config(config_abs)
+    check_service_paths(config, name)
     if config.model.path:
         model = Path(config.model.path)
-        model = model if model.is_absolute() else config_abs.parent / model
         if not model.exists():
             log.warning("model %s does not exist here; the service will fail to start until it does", model)
         if config.model.backend == "auto" and model.suffix.lower() == ".onnx" and for_this_machine:
@@ -192,7 +193,7 @@ def install(plan: InstallPlan, start: bool = True) -> list[str]:
             raise ServiceError(f"cannot write {plan.env_path}: run with sudo, or pass --env-file") from None
         told.append(f"wrote {plan.env_path}")
     pw = pwd.getpwnam(user)
-    for folder in output_paths(plan.config, Path(plan.options.config_path).parent):
+    for folder in output_paths(plan.config):
         path = Path(folder)
         if not path.exists():
             try:

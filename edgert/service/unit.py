@@ -28,6 +28,7 @@ __all__ = [
     "DEVICE_GLOBS",
     "UnitOptions",
     "discover_device_allow",
+    "check_service_paths",
     "engine_path",
     "output_paths",
     "render_unit",
@@ -129,7 +130,7 @@ def _publishes(config: PipelineConfig) -> bool:
     return any(s.strip().startswith("rtsp://") for s in config.sinks)
 
 
-def output_paths(config: PipelineConfig, base: Path) -> list[str]:
+def output_paths(config: PipelineConfig) -> list[str]:
     """Absolute folders the pipeline writes (sink outputs, a configured engine cache)."""
     out: list[str] = []
     for spec in config.sinks:
@@ -137,20 +138,24 @@ def output_paths(config: PipelineConfig, base: Path) -> list[str]:
         if target is None:
             continue
         p = Path(target)
-        if not p.is_absolute():
-            continue  # relative outputs land in the working directory, the unit's StateDirectory
-        out.append(str(p.parent))
+        if p.is_absolute():  # relative outputs land in the working directory, the unit's StateDirectory
+            out.append(str(p.parent))
     if config.model.engine_cache:
-        cache = Path(config.model.engine_cache)
-        out.append(str(cache if cache.is_absolute() else (base / cache)))
+        out.append(config.model.engine_cache)
     return sorted(set(out))
 
 
-def _resolve_model(config: PipelineConfig, base: Path) -> Path | None:
-    if not config.model.path:
-        return None
-    p = Path(config.model.path)
-    return p if p.is_absolute() else base / p
+def check_service_paths(config: PipelineConfig, name: str) -> None:
+    """Inputs must be absolute: a service runs in /var/lib/edgert/NAME, where relative paths would point."""
+    where = f"a service runs in /var/lib/edgert/{name}; use an absolute path in the config"
+    if config.model.path and not os.path.isabs(config.model.path):
+        raise ServiceError(f"model.path {config.model.path!r} is relative: {where}")
+    if config.model.engine_cache and not os.path.isabs(config.model.engine_cache):
+        raise ServiceError(f"model.engine_cache {config.model.engine_cache!r} is relative: {where}")
+    uri = config.source.uri.strip()
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    if source_kind(uri) == "file" and "://" not in path and path and not os.path.isabs(path):
+        raise ServiceError(f"source.uri {uri!r} is relative: {where}")
 
 
 def _under_home(paths: Iterable[str]) -> bool:
@@ -247,8 +252,8 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
             raise ServiceError(f"{label} path {value!r} must be absolute in a unit file")
     if opts.watchdog_s <= 0 or opts.stop_timeout_s <= 0 or opts.start_timeout_s <= 0:
         raise ServiceError("watchdog, start and stop timeouts must be positive seconds")
-    base = Path(opts.config_path).parent
-    model = _resolve_model(config, base)
+    check_service_paths(config, opts.name)
+    model = Path(config.model.path) if config.model.path else None
     kind = source_kind(config.source.uri)
 
     ordering: list[str] = []
@@ -258,7 +263,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     if kind == "network" or _publishes(config):
         ordering += ["After=network-online.target", "Wants=network-online.target"]
 
-    writes = [*output_paths(config, base), *opts.extra_read_write]
+    writes = [*output_paths(config), *opts.extra_read_write]
     read_write = [f"ReadWritePaths=-{_path_value(p)}" for p in sorted(set(writes))]
     reads = [opts.config_path, *([str(model)] if model else []), *writes]
 

@@ -30,7 +30,7 @@ def _pipeline(tmp_path: Path) -> Path:
     model.parent.mkdir()
     model.write_bytes(b"not read by install")
     config = tmp_path / "p.yaml"
-    config.write_text(f"model:\n  path: models/m.onnx\nsource:\n  uri: rtsp://cam/stream\n"
+    config.write_text(f"model:\n  path: {model}\nsource:\n  uri: rtsp://cam/stream\n"
                       f"sinks: ['jsonl://{tmp_path}/out/d.jsonl']\n")
     return config
 
@@ -82,10 +82,14 @@ def test_install_status_uninstall_into_a_unit_dir(tmp_path: Path) -> None:
     (["install", "--config", "CONFIG", "--name", "x", "--user", "no-such-user-edgert", "--unit-dir", "UNITS",
       "--env-file", "UNITS/x.env", "--edgert", "/bin/true"], None),
     (["uninstall", "--name", "never", "--unit-dir", "UNITS"], "no service named never"),
+    (["install", "--config", "RELATIVE", "--name", "x", "--dry-run"], "model.path 'models/m.onnx' is relative"),
 ])
 def test_bad_input_is_one_line_exit_1(tmp_path: Path, args: list[str], message: str | None) -> None:
     config = _pipeline(tmp_path)
-    args = [a.replace("CONFIG", str(config)).replace("UNITS", str(tmp_path / "u")) for a in args]
+    relative = tmp_path / "relative.yaml"
+    relative.write_text("model:\n  path: models/m.onnx\nsource:\n  uri: /dev/video0\n")
+    args = [a.replace("CONFIG", str(config)).replace("UNITS", str(tmp_path / "u")).replace("RELATIVE", str(relative))
+            for a in args]
     if "no-such-user-edgert" in args and os.geteuid() == 0:
         pytest.skip("as root, install would create the missing user on this machine")
     proc = run_cli("service", *args)
@@ -135,3 +139,11 @@ def test_install_sh_refuses_unknown_options() -> None:
     proc = subprocess.run(["bash", str(ROOT / "jetson" / "install.sh"), "--frobnicate"], capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 2 and "unknown option --frobnicate" in proc.stderr
+
+
+def test_install_sh_passes_shellcheck() -> None:
+    tool = shutil.which("shellcheck")
+    if tool is None:
+        pytest.skip("shellcheck not installed (apt-get install shellcheck)")
+    proc = subprocess.run([tool, str(ROOT / "jetson" / "install.sh")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout

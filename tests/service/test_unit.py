@@ -230,3 +230,15 @@ def test_exec_start_pre_builds_once_then_reuses_the_engine(tmp_path: Path) -> No
     assert first.stdout.startswith("built ") and (cache / "tiny.engine").exists()
     second = subprocess.run(shlex.split(pre), capture_output=True, text=True, timeout=300, env=env)
     assert second.returncode == 0 and second.stdout.startswith("reused cached engine"), second.stdout
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"model": {"path": "m.onnx"}, "source": {"uri": "/dev/video0"}}, "model.path 'm.onnx' is relative"),
+    ({"model": {"path": "/m.onnx", "engine_cache": "engines"}, "source": {"uri": "0"}}, "model.engine_cache"),
+    ({"model": {"path": "/m.onnx"}, "source": {"uri": "clips/in.mp4"}}, "source.uri 'clips/in.mp4' is relative"),
+    ({"model": {"path": "/m.onnx"}, "source": {"uri": "file://in.mp4"}}, "source.uri 'file://in.mp4'"),
+])
+def test_relative_inputs_are_refused(data: dict, message: str) -> None:
+    """A service runs in its state directory: relative inputs would silently point there."""
+    with pytest.raises(ServiceError, match=message):
+        render_unit(_config(**data), UnitOptions(name="x", config_path="/c.yaml", edgert="/usr/bin/edgert"))
