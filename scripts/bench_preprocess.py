@@ -166,7 +166,10 @@ def bench_decode(assets: Path, frames: list[np.ndarray]) -> list[dict[str, Any]]
                 outs, tr = samples[next(it) % len(samples)]
                 decoder(outs, tr)
 
-            timing = time_per_call(decode, frames[: len(samples)] * 5)
+            timing = {
+                **time_per_call(decode, frames[: len(samples)] * 5),
+                **allocation_per_call(decode, frames[: len(samples)] * 2),
+            }
             boxes = [len(decoder(o, t)) for o, t in samples]
             # NMS alone on the same candidates: edgert's numpy loop, edgert's OpenCV path (NMSBoxes on
             # class-offset boxes, the default when OpenCV is installed) and bare cv2.dnn.NMSBoxesBatched
@@ -270,7 +273,8 @@ def main() -> int:
         )
     for r in result.get("decode", []):
         print(
-            f"decode {r['decoder']:<7} {r['model']:<36} conf {r['conf']:<5} {r['decode']['ms_median']:.3f} ms/frame, "
+            f"decode {r['decoder']:<7} {r['model']:<36} conf {r['conf']:<5} {r['decode']['ms_median']:.3f} ms/frame "
+            f"(peak temporary {r['decode']['peak_temporary_bytes']} B), "
             f"{r['nms_candidates_mean']} candidates -> {r['boxes_per_frame_mean']} boxes; NMS ms: numpy "
             f"{r['nms_numpy_ms_median']:.3f}, edgert+OpenCV {r['nms_edgert_opencv_ms_median']:.3f}, "
             f"NMSBoxesBatched {r['nms_opencv_batched_ms_median']:.3f} (same boxes: {r['nms_same_boxes']})"

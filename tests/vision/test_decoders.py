@@ -205,3 +205,29 @@ def test_detections_validation_and_records() -> None:
         Detections(np.zeros((2, 4)), np.zeros(1), np.zeros(2))
     with pytest.raises(InputError, match="expected numbers"):
         Detections(np.zeros((1, 4)), ["high"], [0])
+
+
+def test_yolov8_decode_makes_no_large_temporaries() -> None:
+    """[1,84,8400]: the class max goes into a scratch made once; only candidates are copied."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    out = yolov8_output(8400, 80, [(100 + 3 * i, 200, 20, 40, i % 80, 0.9) for i in range(20)])
+    out[0, 4:] = rng.uniform(0, 0.2, (80, 8400)).astype(np.float32)
+    for i in range(20):
+        out[0, 4 + i % 80, i] = 0.9
+    dec = make_decoder(DecodeConfig(), specs((1, 84, 8400)), {})
+    tr = LetterboxTransform(1.0, 1.0, 0.0, 0.0, 640, 640)
+    assert len(dec({"out0": out}, tr)) > 0
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(10):
+            det = dec({"out0": out}, tr)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(det) == 20
+    # the output is 2.7 MB; a per-anchor temporary would be 33 KB (float32) and a full copy 2.7 MB
+    assert peak - before < 24 * 1024, f"peak {peak - before} bytes"

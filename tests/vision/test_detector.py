@@ -213,3 +213,21 @@ def test_bad_frame(tmp_path: Path) -> None:
             det(np.zeros((100, 200), np.uint8))
         with pytest.raises(InputError, match="HxWx3 uint8"):
             det(np.zeros((100, 200, 3), np.float64))
+
+
+def test_draw_detections_marks_the_box() -> None:
+    from edgert.vision.detections import Detections
+    from edgert.vision.draw import class_color, draw_detections
+
+    frame = np.zeros((120, 160, 3), np.uint8)
+    assert draw_detections(frame, Detections.empty()) is frame and not frame.any()
+    det = Detections([[40, 50, 100, 110]], [0.87], [1], ("a", "person"))
+    out = draw_detections(frame, det)
+    assert out is frame  # drawn in place
+    color = np.array(class_color(1), np.uint8)
+    assert (frame[80, 40] == color).all() and (frame[80, 100] == color).all()  # left and right edges
+    assert not frame[80, 70].any()  # inside stays untouched
+    assert frame[35:50, 40:100].any()  # the label above the box
+    tall = np.zeros((60, 60, 3), np.uint8)
+    draw_detections(tall, Detections([[5, 0, 50, 55]], [0.5], [0]))  # box at the top: label inside
+    assert tall[2:12, 6:40].any()
