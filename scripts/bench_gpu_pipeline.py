@@ -352,8 +352,53 @@ def model_steps(
             )
         )
         steps.append(("compute_only_2sessions_2threads", lambda: compute_only_threads(model, frames[0], energy, 2, it)))
+        steps.append(
+            (
+                "pipeline_pinned_3slots_cuda_graph",
+                lambda: pipeline_run(model, frames, energy, "pinned", 3, passes, cuda_graph=True),
+            )
+        )
         steps.append(("typical_python_loop", lambda: cpu_loop(model, frames[:400], energy)))
+        video = Path(args.video) if args.video else assets_dir() / "video" / "vtest.avi"
+        steps.append(("edgert_run_gpu_pipeline_preload", lambda: cli_run(model, video, ["--preload"])))
+        steps.append(("edgert_run_gpu_pipeline_live_decode", lambda: cli_run(model, video, [])))
+    if args.steps:
+        steps = [(k, fn) for k, fn in steps if any(k.startswith(p) for p in args.steps)]
     return steps
+
+
+def cli_run(model: Path, video: Path, extra: list[str]) -> dict[str, Any]:
+    """``edgert run --gpu-pipeline --json`` in a subprocess (the real CLI, power from its own sampler)."""
+    import subprocess
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.cli.main",
+        "run",
+        "--gpu-pipeline",
+        "--json",
+        "--model",
+        str(model),
+        "--source",
+        str(video),
+        *extra,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"edgert run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    summary: dict[str, Any] = json.loads(proc.stdout)
+    return {
+        "command": " ".join(["edgert", *cmd[3:]]),
+        "fps": summary.get("fps"),
+        "frames": summary.get("frames"),
+        "energy_mj_per_frame": summary.get("mj_per_frame"),
+        "watts": summary.get("watts"),
+        "gpu_stages_ms": summary.get("gpu_stages_ms"),
+        "memory": summary.get("memory"),
+        "slots": summary.get("slots"),
+        "detections": summary.get("detections"),
+    }
 
 
 # -- main --------------------------------------------------------------------------------------------
@@ -368,6 +413,7 @@ def main() -> int:
     ap.add_argument("--slots", type=int, nargs="*", default=[2, 3])
     ap.add_argument("--quick", action="store_true", help="fewer variants (pinned 2 slots, zero-copy 2 slots)")
     ap.add_argument("--out", default="gpu_pipeline.json")
+    ap.add_argument("--steps", nargs="*", default=None, help="only the measurements whose names start with these")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cv2 = lazy_import("cv2", "images")

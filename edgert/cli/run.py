@@ -50,6 +50,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rail", help="power rail the budget applies to (power.rail)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at HOST:PORT/metrics")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+    g = p.add_argument_group("GPU pipeline (preprocessing and the confidence filter on the GPU; docs/gpu-pipeline.md)")
+    g.add_argument("--gpu-pipeline", action="store_true",
+                   help="run detection on the GPU pipeline (needs a GPU backend: onnxruntime-cuda by default)")
+    g.add_argument("--memory", choices=["auto", "pinned", "zero-copy"], default="auto",
+                   help="frame/result memory: zero-copy (mapped, Jetson) or pinned copies; auto picks by device")
+    g.add_argument("--slots", type=int, default=2, metavar="N", help="sessions in flight, each with its own stream")
+    g.add_argument("--cuda-graph", action="store_true", help="replay the model as a CUDA graph (ORT enable_cuda_graph)")
+    g.add_argument("--preload", action="store_true",
+                   help="decode the whole source into memory before timing (benchmarks: excludes video decoding)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,11 +313,24 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     if config.task in SPEECH_TASKS:
         return _speech(config, args)
-    summary = execute(config, args)
+    summary = _execute_gpu(config, args) if getattr(args, "gpu_pipeline", False) else execute(config, args)
     # With jsonl://- the events own stdout; the summary then goes to stderr.
     out = sys.stderr if _stdout_is_a_sink(config) else sys.stdout
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary), file=out)
     return 0
+
+
+def _execute_gpu(config: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``--gpu-pipeline``: edgert.pipeline.gpu_run (preprocess + filter on the GPU, overlapped slots)."""
+    from edgert.errors import ConfigError
+    from edgert.pipeline.gpu import GpuPipelineOptions
+    from edgert.pipeline.gpu_run import run_gpu_pipeline
+
+    if not config.model.path:
+        raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+    backend = config.model.backend if config.model.backend != "auto" else "onnxruntime-cuda"
+    options = GpuPipelineOptions(memory=args.memory, slots=args.slots, cuda_graph=args.cuda_graph, backend=backend)
+    return run_gpu_pipeline(config, options, preload=args.preload)
 
 
 def _stdout_is_a_sink(config: Any) -> bool:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError, InputError, ModelError
+from edgert.errors import BackendError, ConfigError, InputError, ModelError
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.detector import concrete_output_specs, image_input
@@ -53,6 +53,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MEMORY_MODES = ("auto", "pinned", "zero-copy")
+#: ONNX Runtime captures after 2 regular runs (min_num_runs_before_cuda_graph_capture_); 3 runs cover it.
+_GRAPH_CAPTURE_RUNS = 3
+_GRAPH_WAIT_S = 300.0
 GPU_STAGES = ("upload", "preprocess", "infer", "decode")
 
 
@@ -332,9 +335,14 @@ class GpuPipeline:
                 counter[0] += 1
                 return i, frame
 
+        barrier = threading.Barrier(len(self.slots)) if self.options.cuda_graph else None
+        capture_lock = threading.Lock()
+
         def worker(slot: _Slot) -> None:
             try:
                 with slot.device.active():
+                    if barrier is not None:
+                        self._capture_graph(slot, barrier, capture_lock)
                     while True:
                         item = take()
                         if item is None:
@@ -345,6 +353,8 @@ class GpuPipeline:
                             results[i] = det
                             done.notify_all()
             except BaseException as exc:  # handed to the consumer, re-raised there
+                if barrier is not None:
+                    barrier.abort()  # the other workers stop waiting for this one
                 with done:
                     errors.append(exc)
                     done.notify_all()
@@ -379,6 +389,33 @@ class GpuPipeline:
                 errors.append(StopIteration())  # stop the workers taking frames if the consumer left early
             for t in threads:
                 t.join()
+
+    @staticmethod
+    def _capture_graph(slot: _Slot, barrier: threading.Barrier, lock: threading.Lock) -> None:
+        """Let ONNX Runtime capture this slot's CUDA graph, one slot at a time, before any frame.
+
+        ORT keeps the graph in the calling thread's context and captures it on an early run in
+        ``cudaStreamCaptureModeGlobal``, which makes CUDA calls from any other thread meanwhile fail
+        ("operation not permitted when stream is capturing"). So every worker first makes its context
+        current, then the workers take turns for their capture runs, and nobody starts frames until all
+        slots are captured. (Seen on the H200 before this: concurrent captures failed.)
+        """
+        try:
+            barrier.wait(timeout=_GRAPH_WAIT_S)
+            with lock:
+                for _ in range(_GRAPH_CAPTURE_RUNS):
+                    slot.session.compute_only()
+            barrier.wait(timeout=_GRAPH_WAIT_S)
+        except threading.BrokenBarrierError:
+            raise BackendError("another GPU pipeline slot failed while the CUDA graphs were being captured") from None
+
+    def warm_up(self, runs: int = 2) -> None:
+        """Run each slot's model ``runs`` times on whatever its input holds: cuDNN chooses its algorithms
+        and the memory arenas grow on the first runs, which should not count as frames."""
+        with self.device.active():
+            for slot in self.slots:
+                for _ in range(max(0, runs)):
+                    slot.session.compute_only()
 
     def detect(self, frame: np.ndarray) -> Detections:
         """One frame on the first slot (for checks; ``run`` is the fast path)."""

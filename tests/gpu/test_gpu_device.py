@@ -109,3 +109,39 @@ def test_overflowing_candidate_buffer_falls_back_to_host_decoding(assets: Path) 
             assert np.allclose(a.xyxy, b.xyxy, atol=1e-3)
         filt = small.slots[0].filter
         assert filt is not None and filt.overflows >= 1
+
+
+def test_edgert_run_gpu_pipeline_json(assets: Path, tmp_path: Path) -> None:
+    """The real CLI: ``edgert run --gpu-pipeline --json`` reports FPS and per-stage GPU times."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "dets.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgert.cli.main",
+            "run",
+            "--gpu-pipeline",
+            "--json",
+            "--max-frames",
+            "30",
+            "--model",
+            str(assets / "models" / "detection" / NANODET),
+            "--source",
+            str(assets / "video" / "vtest.avi"),
+            "--sink",
+            f"jsonl://{out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["frames"] == 30 and summary["fps"] > 0
+    assert set(summary["gpu_stages_ms"]) >= {"upload", "preprocess", "infer", "decode"}
+    assert summary["memory"] == "pinned"  # a discrete GPU: auto picks pinned copies
+    assert len(out.read_text().splitlines()) == 30
