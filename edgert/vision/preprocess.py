@@ -1,9 +1,12 @@
 """Frame -> model input, written straight into a preallocated buffer (usually ``session.inputs[name]``).
 
-Per frame the work is: one ``cv2.resize`` into a scratch image made once, a copy into the middle of a
-padded canvas (the padding is painted once per frame size, not per frame), then channel order, layout,
-scale, mean/std and dtype in one numpy pass per channel with ``out=``. Nothing is allocated per frame
-once the frame size is known: the same :class:`LetterboxTransform` object is returned for every frame
+Per frame: one ``cv2.resize`` into a scratch image made once, a copy into the middle of a padded
+canvas (the padding is painted once per frame size, not per frame), then colour order, layout, scale,
+mean/std and dtype: for NCHW one ``cv2.split`` into three scratch planes and one ``cv2.addWeighted``
+per plane written straight into the output channel; for NHWC one ``cvtColor`` and one arithmetic pass.
+Each output channel c is ``(pixel * scale - mean[c]) / std[c]``, with mean/std in the model's colour
+order. Nothing is allocated per frame once the frame size is known (scripts/bench_preprocess.py
+measures it with tracemalloc): the same :class:`LetterboxTransform` object is returned for every frame
 of one size.
 """
 
