@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""How close does the full pipeline get to the bare engine? Measured in one run, on one session.
+
+For each ONNX Runtime thread count asked for (``--threads 0,1,2``) and each repeat:
+
+1. *bare*: ``session.infer()`` on frames of the video that were preprocessed beforehand (the input
+   copied into the session's buffer with ``np.copyto`` before each call, as the pipeline's infer stage
+   does): the most the engine can do with this model here;
+2. *pipeline*: ``edgert.pipeline.Pipeline`` on the same session (same model, same threads): decode the
+   video, preprocess, infer, decode boxes + NMS, in four threads (no sinks unless ``--sink``);
+
+and prints pipeline FPS / bare FPS (target >= 0.9). Bare and pipeline runs alternate, so background
+load hits both alike; the spread over repeats is reported.
+
+Then one more pipeline run under ``tracemalloc`` measures Python allocation in steady state: the net
+growth of traced memory per frame between frame ``--warm`` and the last frame (a leak or a growing
+buffer shows here), and the peak above that steady level (the largest transient, e.g. a frame copy).
+
+    .venv/bin/python scripts/bench_pipeline.py                       # nanodet on vtest.avi
+    .venv/bin/python scripts/bench_pipeline.py --threads 1,2 --repeats 5 --frames 400
+    .venv/bin/python scripts/bench_pipeline.py --model ../shared/assets/models/detection/yolov3-tiny-coco-416.onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig  # noqa: E402
+from edgert.pipeline import BaseObserver, Pipeline, PipelineStats  # noqa: E402
+from edgert.vision.detector import Detector  # noqa: E402
+from edgert.vision.sources import open_source  # noqa: E402
+
+
+def assets_dir() -> Path:
+    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+
+
+def preprocessed_frames(detector: Detector, video: str, count: int) -> list[np.ndarray]:
+    frames = []
+    with open_source(video) as source:
+        for _ in range(count):
+            frame = source.read()
+            if frame is None:
+                break
+            buf = np.zeros_like(detector.session.inputs[detector.input_name])
+            detector.preprocessor(frame, buf)
+            frames.append(buf)
+    return frames
+
+
+def bare_fps(detector: Detector, inputs: list[np.ndarray], frames: int) -> float:
+    session = detector.session
+    target = session.inputs[detector.input_name]
+    for i in range(5):  # warm-up
+        np.copyto(target, inputs[i % len(inputs)])
+        session.infer()
+    started = time.perf_counter()
+    for i in range(frames):
+        np.copyto(target, inputs[i % len(inputs)])
+        session.infer()
+    return frames / (time.perf_counter() - started)
+
+
+def pipeline_run(detector: Detector, config: PipelineConfig, sinks: list[str],
+                 observers: list[Any] | None = None) -> dict[str, Any]:
+    return Pipeline(config, detector=detector, sinks=sinks, observers=observers or [],
+                    handle_signals=False).run()
+
+
+class AllocationProbe(BaseObserver):
+    """Traced Python memory at frame ``warm`` and at the end (on_frame runs on the pipeline's thread)."""
+
+    def __init__(self, warm: int) -> None:
+        self.warm = warm
+        self.start: tuple[int, int] | None = None
+        self.last: tuple[int, int] | None = None
+        self.peak_after_warm = 0
+
+    def on_frame(self, stats: PipelineStats) -> None:
+        if stats.frames == self.warm:
+            tracemalloc.reset_peak()
+            self.start = (stats.frames, tracemalloc.get_traced_memory()[0])
+        elif self.start is not None:
+            current, peak = tracemalloc.get_traced_memory()
+            self.last = (stats.frames, current)
+            self.peak_after_warm = max(self.peak_after_warm, peak)
+
+
+def measure_allocation(detector: Detector, config: PipelineConfig, sinks: list[str], warm: int) -> dict[str, Any]:
+    probe = AllocationProbe(warm)
+    tracemalloc.start()
+    try:
+        summary = pipeline_run(detector, config, sinks, [probe])
+    finally:
+        tracemalloc.stop()
+    if probe.start is None or probe.last is None or probe.last[0] <= probe.start[0]:
+        return {"error": "too few frames for a steady state"}
+    frames = probe.last[0] - probe.start[0]
+    net = probe.last[1] - probe.start[1]
+    return {
+        "frames_measured": frames,
+        "net_bytes_per_frame": round(net / frames, 1),
+        "net_bytes_total": net,
+        "peak_above_steady_bytes": probe.peak_after_warm - probe.start[1],
+        "fps_under_tracemalloc": summary["fps"],
+    }
+
+
+def main() -> int:
+    assets = assets_dir()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=str(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx"))
+    p.add_argument("--video", default=str(assets / "video/vtest.avi"))
+    p.add_argument("--frames", type=int, default=300, help="frames per measurement (the video has 795)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", default="0,1,2", help="ONNX Runtime intra-op threads to try (0: its default)")
+    p.add_argument("--queue-size", type=int, default=4, help="frames in flight (runtime.queue_size)")
+    p.add_argument("--sink", action="append", default=[], help="sinks for the pipeline runs (default: none)")
+    p.add_argument("--warm", type=int, default=50, help="frames before the allocation measurement starts")
+    p.add_argument("--out", default="out/bench_pipeline.json")
+    args = p.parse_args()
+    if not Path(args.model).is_file() or not Path(args.video).is_file():
+        print(f"bench_pipeline: model or video not found ({args.model}, {args.video}); set EDGERT_ASSETS",
+              file=sys.stderr)
+        return 1
+
+    results: dict[str, Any] = {
+        "model": args.model, "video": args.video, "frames": args.frames, "repeats": args.repeats,
+        "queue_size": args.queue_size, "sinks": args.sink,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor(),
+                    "loadavg_start": list(os.getloadavg())},
+        "settings": [],
+    }
+    best: dict[str, Any] | None = None
+    for threads in [int(t) for t in args.threads.split(",")]:
+        config = PipelineConfig(
+            model=ModelConfig(path=args.model, threads=threads),
+            source=SourceConfig(uri=args.video),
+            runtime=RuntimeConfig(max_frames=args.frames, queue_size=args.queue_size, warmup=5),
+        )
+        with Detector(args.model, config) as detector:
+            inputs = preprocessed_frames(detector, args.video, 16)
+            bare, piped, ratios = [], [], []
+            stage_p50: dict[str, list[float]] = {}
+            for _ in range(args.repeats):
+                b = bare_fps(detector, inputs, args.frames)
+                summary = pipeline_run(detector, config, args.sink)
+                bare.append(b)
+                piped.append(summary["fps"])
+                ratios.append(summary["fps"] / b)
+                for stage, q in summary["latency_ms"].items():
+                    stage_p50.setdefault(stage, []).append(q["p50"])
+            entry = {
+                "threads": threads,
+                "bare_fps": [round(x, 2) for x in bare],
+                "pipeline_fps": [round(x, 2) for x in piped],
+                "ratio": [round(x, 3) for x in ratios],
+                "ratio_median": round(statistics.median(ratios), 3),
+                "ratio_min": round(min(ratios), 3),
+                "ratio_max": round(max(ratios), 3),
+                "bare_fps_median": round(statistics.median(bare), 2),
+                "pipeline_fps_median": round(statistics.median(piped), 2),
+                "stage_p50_ms_median": {k: round(statistics.median(v), 2) for k, v in stage_p50.items()},
+            }
+            results["settings"].append(entry)
+            print(f"threads={threads}: bare {entry['bare_fps']} fps, pipeline {entry['pipeline_fps']} fps, "
+                  f"ratio median {entry['ratio_median']} (min {entry['ratio_min']}, max {entry['ratio_max']}); "
+                  f"stage p50 ms {entry['stage_p50_ms_median']}", flush=True)
+            if best is None or entry["pipeline_fps_median"] > best["pipeline_fps_median"]:
+                best = entry
+                results["allocation"] = measure_allocation(detector, config, args.sink, args.warm)
+                results["allocation"]["threads"] = threads
+
+    assert best is not None
+    results["best"] = {"threads": best["threads"], "pipeline_fps": best["pipeline_fps_median"],
+                       "bare_fps": best["bare_fps_median"], "ratio": best["ratio_median"]}
+    results["machine"]["loadavg_end"] = list(os.getloadavg())
+    alloc = results["allocation"]
+    print(f"best: threads={best['threads']}: pipeline {best['pipeline_fps_median']} fps vs bare "
+          f"{best['bare_fps_median']} fps, ratio {best['ratio_median']} (target >= 0.9)")
+    print(f"allocation (threads={alloc.get('threads')}): {alloc.get('net_bytes_per_frame')} B/frame net over "
+          f"{alloc.get('frames_measured')} frames, peak {alloc.get('peak_above_steady_bytes')} B above steady state")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
