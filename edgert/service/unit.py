@@ -269,7 +269,6 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
 
     exec_start = [opts.edgert, "run", "--config", opts.config_path]
     prestart: list[str] = []
-    environment: list[str] = []
     engine = engine_path(config, opts.name, model)
     if engine is not None and model is not None:
         # `edgert build` reuses the engine when its sidecar matches (model, precision, TensorRT, GPU), so
@@ -278,8 +277,6 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
                  "--precision", config.model.precision, "-o", str(engine)]
         prestart.append(f"ExecStartPre={_exec_line(build)}")
         exec_start += ["--model", str(engine)]
-        # The builder's timing cache goes to the service's cache too (its default is under $HOME).
-        environment.append(f"Environment=EDGERT_CACHE_DIR=/var/cache/edgert/{opts.name}")
     if opts.metrics:
         exec_start += ["--metrics", opts.metrics]
     env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
@@ -323,7 +320,6 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     blocks = {
         "SERVICE_TYPE": service_type,
         "UNIT_ORDERING": ordering,
-        "ENVIRONMENT": environment,
         "EXEC_START_PRE": prestart,
         "READ_WRITE_PATHS": read_write,
         "DEVICE_ALLOW": [f"DeviceAllow={rule}" for rule in opts.device_allow],

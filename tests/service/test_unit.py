@@ -85,7 +85,8 @@ def test_csi_pipeline_unit_has_every_required_setting(tmp_path: Path) -> None:
     assert _values(text, "ExecStartPre") == [
         f"{edgert} build {model} --backend tensorrt --precision fp16 -o {engine}"]
     assert one["ExecStart"] == f"{edgert} run --config {EXAMPLE_CONFIG} --model {engine} --metrics 127.0.0.1:9400"
-    assert "EDGERT_CACHE_DIR=/var/cache/edgert/camera" in _values(text, "Environment")
+    assert ("EDGERT_CACHE_DIR=/var/cache/edgert/camera CUDA_CACHE_PATH=/var/cache/edgert/camera/cuda"
+            in _values(text, "Environment"))
 
 
 def test_hardening_keeps_the_exposure_score_low(tmp_path: Path) -> None:
