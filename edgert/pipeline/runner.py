@@ -248,14 +248,18 @@ class Pipeline:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return lambda: None
 
+        first_at: list[float] = []
+
         def handler(signum: int, frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
-            if self._stop.is_set():
-                log.warning("%s again: stopping now", name)
-                self.abort(name)
-            else:
+            now = time.monotonic()
+            if not first_at:
+                first_at.append(now)
                 log.warning("%s: finishing the frames in flight, then stopping", name)
                 self.request_stop(name)
+            elif now - first_at[0] > 0.5:  # a copy of the same signal (e.g. sent to the process group) is not
+                log.warning("%s again: stopping now", name)  # a second request
+                self.abort(name)
 
         old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
