@@ -50,9 +50,12 @@ DEVICE_GLOBS: tuple[str, ...] = (
 
 #: Used when the unit is rendered on a machine without those nodes (a laptop preparing a Jetson's
 #: unit): device groups from /proc/devices by name (they cover hot-plugged cameras) plus the known
-#: Jetson nodes by path. systemd ignores paths that do not exist on the target.
+#: Jetson nodes by path. systemd ignores groups and paths that do not exist on the target. nvgpu
+#: registers its nodes under the GPU's platform device name (57000000.gpu on Nano, *.gp10b TX2,
+#: *.gv11b Xavier, *.ga10b Orin), host1x clients under "nvhost"; Thor and dGPUs use nvidia*.
 DEFAULT_DEVICE_ALLOW: tuple[str, ...] = (
-    "char-video4linux rw", "char-media rw", "char-drm rw", "char-nvidia* rw",
+    "char-video4linux rw", "char-media rw", "char-drm rw", "char-nvidia* rw", "char-nvhost rw",
+    "char-*.gpu rw", "char-*.gp10b rw", "char-*.gv11b rw", "char-*.ga10b rw",
     "/dev/nvmap rw", "/dev/nvhost-ctrl rw", "/dev/nvhost-ctrl-gpu rw", "/dev/nvhost-gpu rw",
     "/dev/nvhost-as-gpu rw", "/dev/nvhost-prof-gpu rw", "/dev/nvhost-dbg-gpu rw", "/dev/nvhost-tsg-gpu rw",
     "/dev/nvhost-sched-gpu rw", "/dev/nvhost-ctxsw-gpu rw", "/dev/nvhost-vic rw", "/dev/nvhost-nvdec rw",
