@@ -258,21 +258,23 @@ class ImageFilesSource(FrameSource):
         self.paths = paths
         self.loop = loop
         self._next = 0
+        self._pending: np.ndarray | None = None
         self.current: Path | None = None  # the file the last frame came from
 
     def open(self) -> None:
-        _cv2()
         if not self.paths:
             raise SourceError(f"{self.uri}: no images found (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+        # Decode the first readable image now: sinks need the frame size before the first frame.
+        self._next = 0
+        self._pending = self._decode_next()
+        if self._pending is None:
+            raise SourceError(f"{self.uri}: none of the {len(self.paths)} images could be decoded")
+        self.height, self.width = int(self._pending.shape[0]), int(self._pending.shape[1])
         self._opened = True
 
-    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+    def _decode_next(self) -> np.ndarray | None:
         cv2 = _cv2()
-        while True:
-            if self._next >= len(self.paths):
-                if not self.loop or self.skipped >= len(self.paths):
-                    return None
-                self._next = 0
+        while self._next < len(self.paths):
             path = self.paths[self._next]
             self._next += 1
             frame = cv2.imread(str(path), cv2.IMREAD_COLOR)
@@ -281,9 +283,19 @@ class ImageFilesSource(FrameSource):
                 log.warning("%s: cannot decode image, skipped", path)
                 continue
             self.current = path
-            if not self.width:
-                self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
-            return _into(out, frame)
+            return frame  # type: ignore[no-any-return]
+        return None
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            return _into(out, pending)
+        frame = self._decode_next()
+        if frame is None and self.loop and self.skipped < len(self.paths):
+            self._next = 0
+            frame = self._decode_next()
+        return None if frame is None else _into(out, frame)
 
     def close(self) -> None:
         self._opened = False

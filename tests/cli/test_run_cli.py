@@ -184,3 +184,20 @@ def test_demo_on_the_assets(assets: Path, tmp_path: Path) -> None:
     assert summary["frames"] == 12 and summary["detections_per_class"].get("person", 0) >= 12
     cap = cv2.VideoCapture(str(out))
     assert cap.isOpened() and int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 12
+
+
+def test_image_folder_with_mixed_sizes_into_video_and_jsonl(media: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, (h, w) in enumerate([(64, 96), (120, 80), (50, 50)]):
+        cv2.imwrite(str(folder / f"{i}.png"), np.full((h, w, 3), 40 * i, np.uint8))
+    (folder / "3.jpg").write_bytes(b"broken")
+    events, video = tmp_path / "e.jsonl", tmp_path / "o.avi"
+    r = run_cli("run", "--model", str(media["model"]), "--source", str(folder), "--sink", f"jsonl://{events}",
+                "--sink", str(video), "--json", timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    files = [Path(json.loads(line)["file"]).name for line in events.read_text().splitlines()]
+    assert files == ["0.png", "1.png", "2.png"]
+    assert json.loads(r.stdout)["drops"] == {"corrupt_frames": 1}
+    cap = cv2.VideoCapture(str(video))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3 and int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 96
