@@ -5,7 +5,8 @@ from its own threads, so they must be quick and must not raise: an exception fro
 and the observer is dropped, the pipeline keeps running.
 
 - ``on_start(info)``: once, after the model is loaded and the FIRST frame has gone through every stage
-  (a service is "ready" only then). ``info`` holds the model, backend, source, sinks, input shape.
+  (a service is "ready" only then). ``info`` holds task, model, backend, source (URI) and source_info,
+  sinks, input name/shape/dtype, and ``stats``: the live :class:`PipelineStats` of this run.
 - ``on_frame(stats)``: after each completed frame, driven by the pipeline's progress (not a timer), so a
   watchdog pinged from here stops being pinged when the pipeline stalls.
 - ``on_stop(summary)``: once, when the run ends (end of input, stop request or error); ``summary`` is

@@ -195,12 +195,15 @@ class Pipeline:
     def _start_info(self, source: Any, detector: Any) -> dict[str, Any]:
         session = detector.session
         return {
+            "task": self.config.task,
             "model": self.config.model.path,
             "backend": session.backend_name,
             "input": {"name": detector.input_name, "shape": list(session.inputs[detector.input_name].shape),
                       "dtype": str(session.inputs[detector.input_name].dtype)},
             "classes": len(self._names),
-            "source": source.info(),
+            "source": source.uri,
+            "source_info": source.info(),
+            "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
             "sinks": [w.sink.uri for w in self._workers],
             "input_buffers": len(self.input_ring),
             "slots": len(self.slots),
