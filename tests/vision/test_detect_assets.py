@@ -122,3 +122,11 @@ def test_ultralytics_export_decodes_with_its_own_names(assets: Path, bus: np.nda
         det = detector(bus)
     assert set(det.class_names()) == {"Normal"}, det  # standing people
     check_people(det, "Normal")
+
+
+def test_ultralytics_export_on_video(assets: Path, vtest_frames: list[np.ndarray]) -> None:
+    """The fall model (640 input, slow here) on a few vtest frames: walking people are "Normal"."""
+    with Detector(model_path(assets, "yolov8s-fall-640.onnx")) as detector:
+        results = [detector(frame) for frame in vtest_frames[::10]]
+    assert all(set(r.class_names()) <= {"Normal", "Fall"} for r in results)
+    assert sum("Normal" in r.class_names() for r in results) >= 2, results
