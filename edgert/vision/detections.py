@@ -26,7 +26,7 @@ def _as(array: Any, dtype: type[np.generic], name: str) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Detections:
     """Boxes found in one frame.
 
@@ -58,6 +58,18 @@ class Detections:
         object.__setattr__(self, "confidence", confidence)
         object.__setattr__(self, "class_id", class_id)
         object.__setattr__(self, "names", tuple(str(n) for n in self.names))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Detections):
+            return NotImplemented
+        return (
+            self.names == other.names
+            and np.array_equal(self.xyxy, other.xyxy)
+            and np.array_equal(self.confidence, other.confidence)
+            and np.array_equal(self.class_id, other.class_id)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # arrays inside: not hashable
 
     def __len__(self) -> int:
         return int(self.xyxy.shape[0])

@@ -198,6 +198,8 @@ def test_detections_validation_and_records() -> None:
     assert det.xyxy.dtype == np.float32 and det.class_id.dtype == np.int32
     assert det.to_records() == [{"box": [1.2, 2.0, 3.0, 4.0], "confidence": 0.9877, "class_id": 2, "class_name": "2"}]
     assert len(Detections.empty()) == 0 and Detections.empty().xyxy.shape == (0, 4)
+    assert det == Detections(det.xyxy.copy(), det.confidence.copy(), det.class_id.copy(), ("a", "b"))
+    assert det != det[det.confidence > 0.99] and det != Detections.empty(("a", "b"))
     assert len(det[det.confidence > 0.99]) == 0
     with pytest.raises(InputError, match=r"expected \(N, 4\)"):
         Detections(np.zeros((2, 3)), np.zeros(2), np.zeros(2))
