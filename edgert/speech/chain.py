@@ -1,8 +1,8 @@
 """The speech chain: VAD -> wake word -> Whisper, each stage gating the next.
 
 * ``vad`` turns chunks into speech segments (each keeps its audio).
-* ``wakeword`` listens only while the VAD hears speech (with half a second of pre-roll, so the start
-  of the word is not lost to the VAD's trigger delay).
+* ``wakeword`` listens only while the VAD hears speech (with a second of pre-roll, so the start of
+  the word is not lost to the VAD's trigger delay).
 * ``asr`` transcribes VAD segments: all of them, or with a wake-word stage only those that contain a
   wake word or start within ``listen_s`` after one. Without a VAD stage it transcribes whole streams
   in 30 s windows.
@@ -37,7 +37,7 @@ __all__ = ["SpeechChain", "StageStats"]
 
 log = logging.getLogger(__name__)
 
-PREROLL_S = 0.5
+PREROLL_S = 1.0  # the embedding window is 0.76 s; 1 s also covers the VAD trigger delay
 Event = SpeechSegment | WakeEvent | Transcript
 
 
@@ -109,7 +109,7 @@ class SpeechChain:
     # -- the per-chunk work ------------------------------------------------------------------------
     def process(self, chunk: AudioChunk) -> None:
         """Feed one chunk through the chain; events go to ``on_event`` as they happen."""
-        if chunk.stream != self._stream:
+        if chunk.stream != self._stream or chunk.index == 0:
             self._new_stream(chunk.stream)
         self.chunks += 1
         self.audio_seconds += chunk.duration
@@ -132,6 +132,8 @@ class SpeechChain:
         self._last_wake = None
         self._whole = []
         self._whole_start = 0.0
+        if self.wakeword is not None:  # it sees only speech chunks, so it may not see this stream's first
+            self.wakeword.reset(stream)
 
     def _wakeword(self, chunk: AudioChunk) -> None:
         ww = self.wakeword

@@ -140,8 +140,15 @@ class VoiceActivity:
     # -- segments ----------------------------------------------------------------------------------
     def process(self, chunk: AudioChunk) -> list[SpeechSegment]:
         """Run the windows ``chunk`` completes; return the segments that closed."""
-        if chunk.stream != self.stream or chunk.index == 0:
+        start = round(chunk.start * SAMPLE_RATE)
+        if chunk.stream != self.stream or chunk.index == 0 or start < self._pos:
             self.reset(chunk.stream)
+        hole = start - (self._pos + len(self._pending))
+        if hole > 0:
+            # A live source dropped audio: the clock jumps with it; kept audio gets silence in its place.
+            self._keep(np.zeros(len(self._pending) + hole, dtype=np.float32))
+            self._pos = start
+            self._pending = np.zeros(0, dtype=np.float32)
         samples = np.asarray(chunk.samples, dtype=np.float32)
         self._pending = np.concatenate((self._pending, samples)) if self._pending.size else samples
         closed: list[SpeechSegment] = []

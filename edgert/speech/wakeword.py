@@ -187,9 +187,9 @@ class WakeWord:
 
     def process(self, chunk: AudioChunk) -> list[WakeEvent]:
         """Run every whole 80 ms step ``chunk`` completes; return the words that fired."""
-        if chunk.stream != self.stream or chunk.index == 0:
-            self.reset(chunk.stream)
         start = round(chunk.start * SAMPLE_RATE)
+        if chunk.stream != self.stream or chunk.index == 0 or start < self._pos:  # time went back: a new stream
+            self.reset(chunk.stream)
         if start != self._pos + len(self._pending):
             # A gap (the chain feeds only speech, a live source dropped audio): the buffers keep their
             # context, the clock jumps to where this chunk starts.

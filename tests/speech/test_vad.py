@@ -120,3 +120,14 @@ def test_streaming_does_not_depend_on_chunk_size(speech_models: Path, clip_0930:
         vad.reset()
         fresh.append(vad.window_probability(audio[i : i + WINDOW]))
     assert np.abs(np.array(fresh) - probs[: len(fresh)]).max() > 0.1
+
+
+def test_dropped_audio_keeps_the_clock(amp_vad: VoiceActivity) -> None:
+    audio = windows((0.0, 10), (0.9, 20), (0.0, 30))
+    chunks = [AudioChunk(audio[a : a + WINDOW], a / SR, "live", i) for i, a in enumerate(range(0, len(audio), WINDOW))]
+    del chunks[3:6]  # a live source dropped three chunks before the speech
+    segs = []
+    for c in chunks:
+        segs += amp_vad.process(c)
+    assert len(segs) == 1 and segs[0].start == pytest.approx(8 * WINDOW / SR)
+    assert len(segs[0].audio) == round((segs[0].end - segs[0].start) * SR)
