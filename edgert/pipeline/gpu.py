@@ -26,10 +26,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -48,9 +49,14 @@ __all__ = [
     "GpuPipeline",
     "GpuPipelineOptions",
     "choose_memory_mode",
+    "ordered_parallel",
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+W = TypeVar("W")
+R = TypeVar("R")
 
 MEMORY_MODES = ("auto", "pinned", "zero-copy")
 #: ONNX Runtime captures after 2 regular runs (min_num_runs_before_cuda_graph_capture_); 3 runs cover it.
@@ -96,6 +102,100 @@ class GpuPipelineOptions:
             raise ConfigError(f"slots must be >= 1, got {self.slots}")
         if self.candidates < 1:
             raise ConfigError(f"candidates must be >= 1, got {self.candidates}")
+
+
+def ordered_parallel(
+    items: Iterable[T],
+    workers: Sequence[W],
+    process: Callable[[W, T], R],
+    enter: Callable[[W], AbstractContextManager[Any]] | None = None,
+    prepare: Callable[[W], None] | None = None,
+) -> Iterator[tuple[int, R]]:
+    """Run ``process(worker, item)`` on one thread per worker; yield ``(index, result)`` in item order.
+
+    Each thread runs inside ``enter(worker)`` (the CUDA context push), calls ``prepare(worker)`` once,
+    then takes items one at a time from the shared iterator (so a slow worker simply takes fewer). The
+    first exception of any thread stops the others from taking items and is re-raised to the consumer;
+    a consumer that stops early (``break``, ``close()``) also stops them. Threads are joined before the
+    generator finishes.
+    """
+    source = iter(items)
+    lock = threading.Lock()
+    done = threading.Condition()
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    counter = [0]
+    finished = [0]
+
+    def take() -> tuple[int, T] | None:
+        with lock:
+            if stop.is_set():
+                return None
+            try:
+                item = next(source)
+            except StopIteration:
+                return None
+            i = counter[0]
+            counter[0] += 1
+            return i, item
+
+    def loop(worker: W) -> None:
+        if prepare is not None:
+            prepare(worker)
+        while True:
+            got = take()
+            if got is None:
+                return
+            i, item = got
+            result = process(worker, item)
+            with done:
+                results[i] = result
+                done.notify_all()
+
+    def thread_main(worker: W) -> None:
+        try:
+            if enter is None:
+                loop(worker)
+            else:
+                with enter(worker):
+                    loop(worker)
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            with done:
+                errors.append(exc)
+                stop.set()
+                done.notify_all()
+        finally:
+            with done:
+                finished[0] += 1
+                done.notify_all()
+
+    def generate() -> Iterator[tuple[int, R]]:
+        threads = [
+            threading.Thread(target=thread_main, args=(w,), name=f"edgert-gpu-slot{k}", daemon=True)
+            for k, w in enumerate(workers)
+        ]
+        for t in threads:
+            t.start()
+        nxt = 0
+        try:
+            while True:
+                with done:
+                    while nxt not in results and not errors and finished[0] < len(threads):
+                        done.wait()
+                    if errors:
+                        raise errors[0]
+                    if nxt not in results:
+                        return  # every thread has finished and nothing more is coming
+                    result = results.pop(nxt)
+                yield nxt, result
+                nxt += 1
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+
+    return generate()
 
 
 @dataclass
@@ -315,80 +415,16 @@ class GpuPipeline:
     # -- running -------------------------------------------------------------------------------------
     def run(self, frames: Iterable[np.ndarray]) -> Iterator[tuple[int, Detections]]:
         """Process ``frames`` on all slots; yield ``(index, detections)`` in order."""
-        source = iter(frames)
-        lock = threading.Lock()
-        done = threading.Condition()
-        results: dict[int, Detections] = {}
-        errors: list[BaseException] = []
-        counter = [0]
-        finished = [0]
-
-        def take() -> tuple[int, np.ndarray] | None:
-            with lock:
-                if errors:
-                    return None
-                try:
-                    frame = next(source)
-                except StopIteration:
-                    return None
-                i = counter[0]
-                counter[0] += 1
-                return i, frame
-
         barrier = threading.Barrier(len(self.slots)) if self.options.cuda_graph else None
         capture_lock = threading.Lock()
 
-        def worker(slot: _Slot) -> None:
-            try:
-                with slot.device.active():
-                    if barrier is not None:
-                        self._capture_graph(slot, barrier, capture_lock)
-                    while True:
-                        item = take()
-                        if item is None:
-                            break
-                        i, frame = item
-                        det = slot.process(frame)
-                        with done:
-                            results[i] = det
-                            done.notify_all()
-            except BaseException as exc:  # handed to the consumer, re-raised there
-                if barrier is not None:
-                    barrier.abort()  # the other workers stop waiting for this one
-                with done:
-                    errors.append(exc)
-                    done.notify_all()
-            finally:
-                with done:
-                    finished[0] += 1
-                    done.notify_all()
+        def prepare(slot: _Slot) -> None:
+            if barrier is not None:
+                self._capture_graph(slot, barrier, capture_lock)
 
-        threads = [
-            threading.Thread(target=worker, args=(slot,), name=f"edgert-gpu-slot{k}", daemon=True)
-            for k, slot in enumerate(self.slots)
-        ]
-        for t in threads:
-            t.start()
-        nxt = 0
-        try:
-            while True:
-                with done:
-                    while nxt not in results and not errors and finished[0] < len(threads):
-                        done.wait()
-                    if errors:
-                        raise errors[0]
-                    if nxt not in results:
-                        if finished[0] >= len(threads) and nxt not in results:
-                            break
-                        continue
-                    det = results.pop(nxt)
-                yield nxt, det
-                nxt += 1
-        finally:
-            with lock:
-                errors.append(StopIteration())  # stop the workers taking frames if the consumer left early
-            for t in threads:
-                t.join()
+        return ordered_parallel(
+            frames, self.slots, _Slot.process, enter=lambda slot: slot.device.active(), prepare=prepare
+        )
 
     @staticmethod
     def _capture_graph(slot: _Slot, barrier: threading.Barrier, lock: threading.Lock) -> None:
@@ -408,6 +444,9 @@ class GpuPipeline:
             barrier.wait(timeout=_GRAPH_WAIT_S)
         except threading.BrokenBarrierError:
             raise BackendError("another GPU pipeline slot failed while the CUDA graphs were being captured") from None
+        except BaseException:
+            barrier.abort()  # the other workers stop waiting for this one
+            raise
 
     def warm_up(self, runs: int = 2) -> None:
         """Run each slot's model ``runs`` times on whatever its input holds: cuDNN chooses its algorithms
