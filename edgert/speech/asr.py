@@ -8,8 +8,10 @@ The encoder has fixed shapes and runs through an ordinary :class:`~edgert.backen
 backend (TensorRT FP16 on a Jetson) can take it. The decoder's token axis grows by one every step,
 while a Session allocates its buffers once for one shape. Two ways are offered:
 
-* ``exact`` (the default on ONNX Runtime): one ONNX Runtime session fed the true length each step.
-  Reopening a Session per length would reload the 60 MB decoder for every token.
+* ``exact`` (the default on ONNX Runtime): ONNX Runtime fed the true length each step, with the
+  cross-attention keys and values hoisted out and computed once per window
+  (:mod:`edgert.speech.decoder_split`). Reopening a Session per length would reload the 60 MB decoder
+  for every token.
 * ``bucketed`` (the default on every other backend): fixed-shape Sessions for a few lengths
   (16, 32, 64, ...), opened when first needed, with the tail padded. The decoder is causal, so the
   logits at position ``n-1`` do not depend on the padding; a static-shape engine per bucket is what
@@ -23,11 +25,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import onnx
 
 from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError
+from edgert.speech.decoder_split import split_decoder
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
 
@@ -68,28 +72,67 @@ def _check_decoder_inputs(path: Path, names: list[str]) -> None:
                          "expected tokens, encoder_out")
 
 
+def _ort_from_proto(model: onnx.ModelProto, what: str, threads: int) -> Any:
+    """An ONNX Runtime CPU session on an in-memory model, with the backend's options."""
+    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's pybind11 exception types
+        raise ModelError(f"{what}: ONNX Runtime cannot load it: {str(exc).strip().splitlines()[0]}") from exc
+
+
 class _ExactOrtDecoder:
-    """One ONNX Runtime session, run on the true token count each step."""
+    """ONNX Runtime run on the true token count each step.
+
+    The decoder is split (:mod:`edgert.speech.decoder_split`): the cross-attention keys and values are
+    computed once per window instead of once per token, same arithmetic, about 4x less work a step.
+    """
 
     def __init__(self, path: Path, threads: int) -> None:
-        self._sess: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
-        _check_decoder_inputs(path, [i.name for i in self._sess.get_inputs()])
-        self._out = self._sess.get_outputs()[0].name
-        self._encoder_out: np.ndarray | None = None
+        try:
+            model = onnx.load(str(path))
+        except Exception as exc:  # protobuf DecodeError and friends
+            raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+        inits = {i.name for i in model.graph.initializer}
+        _check_decoder_inputs(path, [i.name for i in model.graph.input if i.name not in inits])
+        split = split_decoder(model)
+        self._cross: Any = None
+        self._hoisted: list[str] = []
+        if split is None:
+            self._step: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
+        else:
+            cross, step, self._hoisted = split
+            self._cross = _ort_from_proto(cross, f"{path} (cross-attention part)", threads)
+            self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
+        del model
+        self._out = self._step.get_outputs()[0].name
+        self._feed: dict[str, np.ndarray] = {}
 
     def set_encoder_out(self, encoder_out: np.ndarray) -> None:
-        self._encoder_out = encoder_out
+        if self._cross is None:
+            self._feed = {"encoder_out": encoder_out}
+            return
+        try:
+            values = self._cross.run(self._hoisted, {"encoder_out": encoder_out})
+        except Exception as exc:  # onnxruntime's pybind11 exception types
+            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
+        self._feed = dict(zip(self._hoisted, values))
 
     def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
         try:
-            logits = self._sess.run([self._out], {"tokens": tokens[:, :n], "encoder_out": self._encoder_out})[0]
+            logits = self._step.run([self._out], {"tokens": tokens[:, :n], **self._feed})[0]
         except Exception as exc:  # onnxruntime's pybind11 exception types
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         out: np.ndarray = logits[0, n - 1]
         return out
 
     def close(self) -> None:
-        self._sess = None
+        self._step = None
+        self._cross = None
 
 
 class _BucketedDecoder:

@@ -89,3 +89,44 @@ def test_results_validate_themselves() -> None:
         SpeechSegment(start=0.0, end=1.0, probability=1.5)
     assert wer(["a b c d"], ["a x c"]) == 0.5
     assert normalize_text("Cold-hearted, Mr. O'Brien!") == ["cold", "hearted", "mr", "o'brien"]
+
+
+def test_split_decoder_hoists_only_the_audio_part(tmp_path: Path) -> None:
+    """A toy decoder: logits = (emb[tokens] @ (enc @ W)^T).sum; the split runs the same arithmetic."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from edgert.speech.decoder_split import split_decoder
+
+    rng = np.random.default_rng(0)
+    emb = helper.make_tensor("emb", TensorProto.FLOAT, [10, 4], rng.normal(size=40).astype(np.float32).ravel())
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], rng.normal(size=16).astype(np.float32).ravel())
+    nodes = [helper.make_node("MatMul", ["encoder_out", "w"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("Gather", ["emb", "tokens"], ["x"]),
+             helper.make_node("MatMul", ["x", "kt"], ["logits"])]
+    graph = helper.make_graph(
+        nodes, "toy", [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, "n"]),
+                       helper.make_tensor_value_info("encoder_out", TensorProto.FLOAT, [1, 6, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n", 6])], [emb, w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    split = split_decoder(model)
+    assert split is not None
+    cross, step, hoisted = split
+    assert hoisted == ["kt"] and [n.op_type for n in cross.graph.node] == ["MatMul", "Transpose"]
+    assert [n.op_type for n in step.graph.node] == ["Gather", "MatMul"]
+
+    def run(m: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+    tokens = np.array([[1, 5, 7]], dtype=np.int64)
+    enc = rng.normal(size=(1, 6, 4)).astype(np.float32)
+    (kt,) = run(cross, {"encoder_out": enc})
+    np.testing.assert_array_equal(run(step, {"tokens": tokens, "kt": kt})[0],
+                                  run(model, {"tokens": tokens, "encoder_out": enc})[0])
+    # Nothing depends on the audio alone: nothing to hoist.
+    del model.graph.node[:]
+    model.graph.node.extend([nodes[2], helper.make_node("Add", ["x", "encoder_out"], ["kt"]), nodes[3]])
+    assert split_decoder(model) is None

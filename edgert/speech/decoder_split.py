@@ -1,0 +1,83 @@
+"""Hoist the encoder-only part out of a Whisper decoder exported without a KV cache.
+
+Such a decoder recomputes the cross-attention keys and values from ``encoder_out`` (1500 frames x 384
+for tiny) at every decoding step, although they depend only on the audio: in tiny.en that is 1.8 GMAC
+of a step's work. :func:`split_decoder` cuts the graph in two with no change to the arithmetic:
+
+* ``cross``: ``encoder_out`` -> the tensors that depend on it alone (per layer, the K/V projections),
+  run once per 30 s window;
+* ``step``: ``tokens`` + those tensors -> ``logits``, run once per token.
+
+The cut is found from the graph (which nodes depend on which input), not from node names, so it fits
+other Whisper sizes and exporters; when there is nothing to hoist, None is returned and the decoder runs
+whole.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+from onnx import helper
+
+__all__ = ["split_decoder"]
+
+log = logging.getLogger(__name__)
+
+
+def _backward(graph: onnx.GraphProto, outputs: list[str], stop: set[str]) -> list[onnx.NodeProto]:
+    """Nodes needed to compute ``outputs``, not looking past ``stop`` tensors, in graph order."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output}
+    keep: set[int] = set()
+    todo = [t for t in outputs if t not in stop]
+    while todo:
+        name = todo.pop()
+        i = producer.get(name)
+        if i is None or i in keep:
+            continue
+        keep.add(i)
+        todo += [t for t in graph.node[i].input if t and t not in stop]
+    return [graph.node[i] for i in sorted(keep)]
+
+
+def _model(source: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+           outputs: list[onnx.ValueInfoProto], name: str) -> onnx.ModelProto:
+    used = {t for node in nodes for t in node.input}
+    inits = [init for init in source.graph.initializer if init.name in used]
+    graph = helper.make_graph(nodes, name, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=list(source.opset_import))
+    model.ir_version = source.ir_version
+    return model
+
+
+def split_decoder(model: onnx.ModelProto, tokens: str = "tokens",
+                  encoder_out: str = "encoder_out") -> tuple[onnx.ModelProto, onnx.ModelProto, list[str]] | None:
+    """(cross model, step model, names of the hoisted tensors), or None when nothing can be hoisted."""
+    graph = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for a in n.attribute):
+        return None  # control flow: keep it simple and run the graph whole
+    on_tokens, on_audio = {tokens}, {encoder_out}
+    for node in graph.node:  # ONNX graphs are stored in topological order
+        if any(t in on_tokens for t in node.input):
+            on_tokens.update(node.output)
+        elif any(t in on_audio for t in node.input):
+            on_audio.update(node.output)
+    on_audio.discard(encoder_out)
+    hoisted: list[str] = []
+    for node in graph.node:
+        if node.output and node.output[0] in on_tokens:
+            hoisted += [t for t in node.input if t in on_audio and t not in hoisted]
+    if not hoisted:
+        return None
+    elem = next((i.type.tensor_type.elem_type for i in graph.input if i.name == encoder_out), None)
+    audio_nodes = _backward(graph, hoisted, set())
+    if elem is None or any(n.op_type == "Cast" for n in audio_nodes if n.output[0] in on_audio):
+        return None  # the hoisted tensors' type would need shape inference; not worth it
+    audio_in = [i for i in graph.input if i.name == encoder_out]
+    token_in = [i for i in graph.input if i.name == tokens]
+    hoisted_vi = [helper.make_tensor_value_info(t, elem, None) for t in hoisted]
+    cross = _model(model, audio_nodes, audio_in, hoisted_vi, "whisper_cross_kv")
+    step_nodes = _backward(graph, [o.name for o in graph.output], set(hoisted) | {tokens})
+    step = _model(model, step_nodes, token_in + hoisted_vi, list(graph.output), "whisper_decoder_step")
+    log.debug("decoder split: %d nodes run once per window, %d per token", len(audio_nodes), len(step_nodes))
+    return cross, step, hoisted
