@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from edgert.config import PipelineConfig
@@ -94,6 +95,15 @@ def format_speech_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _event_line(e: dict[str, Any]) -> str:
+    where = f"{Path(e['stream']).name} " if e.get("stream") else ""
+    if e["type"] == "transcript":
+        return f"[{where}{e['start']:.2f}-{e['end']:.2f}] {e['text']}"
+    if e["type"] == "wake":
+        return f"[{where}{e['time']:.2f}] wake word {e['word']} ({e['score']:.2f})"
+    return f"[{where}{e['start']:.2f}-{e['end']:.2f}] speech ({e['probability']:.2f})"
+
+
 def cli_run(config: PipelineConfig, args: Any) -> int:
     """Entry point of ``edgert run`` for speech tasks: events to the sinks, a summary at the end."""
     from edgert.speech.audio import open_audio
@@ -106,16 +116,21 @@ def cli_run(config: PipelineConfig, args: Any) -> int:
     max_chunks = config.runtime.max_frames
     with ExitStack() as stack:
         sinks = [stack.enter_context(open_event_sink(u)) for u in config.sinks]
+        # Without sinks (and without --json, whose stdout is the summary) events print as text lines.
+        show = not sinks and not getattr(args, "json", False)
 
         def on_event(event: Any) -> None:
             data = event.to_dict()
             for sink in sinks:
                 sink.write(data)
+            if show:
+                print(_event_line(data), flush=True)
 
         chain = stack.enter_context(build_chain(config, on_event))
         source = stack.enter_context(open_audio(uri, config.speech.chunk_samples))
         summary = chain.run(source, max_chunks)
     summary["task"] = config.task
+    summary["models"] = {stage: list(m) if isinstance(m, tuple) else m for stage, m in resolve_chain(config)[1].items()}
     summary["sinks"] = list(config.sinks)
     out = sys.stderr if any(s.strip() == "jsonl://-" for s in config.sinks) else sys.stdout
     print(json.dumps(summary, indent=2) if getattr(args, "json", False) else format_speech_summary(summary), file=out)
