@@ -321,8 +321,8 @@ class MicSource(AudioSource):
                                           samplerate=SAMPLE_RATE, dtype="float32", blocksize=self.chunk_samples,
                                           callback=callback)
             self._stream.start()
-        except (sd.PortAudioError, ValueError) as exc:
-            raise SourceError(f"{self.uri}: cannot open the microphone: {str(exc).splitlines()[0]}") from None
+        except (sd.PortAudioError, ValueError) as exc:  # no such device, or it refuses 16 kHz mono
+            raise _NoSoundDevice(f"sounddevice cannot open it ({str(exc).splitlines()[0]})") from None
 
     def _open_arecord(self, device: int | str, sd_error: str) -> None:
         exe = shutil.which("arecord")
@@ -332,6 +332,7 @@ class MicSource(AudioSource):
                 f"{self.uri}: no microphone reader: {why}arecord not found. Note: apt install libportaudio2 "
                 "(for sounddevice) or alsa-utils (for arecord)"
             )
+        # plughw converts rate and format in ALSA, as PortAudio does for sounddevice.
         alsa = f"plughw:{device}" if isinstance(device, int) else str(device)
         cmd = [exe, "-q", "-D", alsa, "-t", "raw", "-f", "S16_LE", "-c", "1", "-r", str(SAMPLE_RATE)]
         try:
@@ -359,8 +360,11 @@ class MicSource(AudioSource):
             return
         code = proc.wait()
         err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-        msg = err.splitlines()[0] if err else f"arecord exited with status {code}"
-        self._queue.put(SourceError(f"{self.uri}: the microphone stopped: {msg}"))
+        # arecord's own verdict is its last line ("arecord: main:831: audio open error: ..."); the ALSA
+        # library lines before it say why.
+        msg = err.splitlines()[-1] if err else f"arecord exited with status {code}"
+        what = "the microphone stopped" if self._captured else "cannot open the microphone with arecord"
+        self._queue.put(SourceError(f"{self.uri}: {what}: {msg}"))
 
     # -- consumer ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[AudioChunk]:

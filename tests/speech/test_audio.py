@@ -149,3 +149,18 @@ def test_microphone_that_fails_to_open(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", f"{fake_arecord(tmp_path / 'bin', None, mode='fail')}{os.pathsep}{os.environ['PATH']}")
     with MicSource("alsa://hw:9,0?via=arecord") as src, pytest.raises(SourceError, match="audio open error"):
         list(src)
+
+
+def test_real_arecord_on_the_alsa_null_device() -> None:
+    import shutil
+
+    if shutil.which("arecord") is None:
+        pytest.skip("arecord (alsa-utils) not installed")
+    with MicSource("alsa://null?via=arecord", chunk_samples=1600) as src:
+        got = []
+        for chunk in src:
+            got.append(chunk)
+            if len(got) == 5:
+                break
+    assert [c.start for c in got] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    assert all(len(c.samples) == 1600 and c.samples.dtype == np.float32 for c in got)
