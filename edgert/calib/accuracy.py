@@ -23,7 +23,7 @@ __all__ = ["IOU_THRESHOLDS", "MapResult", "OutputErrors", "detection_map", "feat
 
 IOU_THRESHOLDS = np.round(np.linspace(0.5, 0.95, 10), 2)
 RECALL_POINTS = np.linspace(0.0, 1.0, 101)
-MAX_DETS = 100  # per image, as COCO
+MAX_DETS = 300  # per image (COCO uses 100; 300 is the decoders' max_det, so nothing a decoder keeps is cut)
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,15 @@ class MapResult:
 
 def _num(x: float) -> float | None:
     return None if math.isnan(x) else round(float(x), 5)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU, with identical boxes at 1 even when they have no area (a degenerate box still matches itself)."""
+    if not b.shape[0]:
+        return np.zeros((a.shape[0], 0), np.float64)
+    ious = iou_matrix(a, b)
+    same = np.all(a[:, None, :] == b[None, :, :], axis=2)
+    return np.where(same, 1.0, ious)
 
 
 def _ap(tp: np.ndarray, scores: np.ndarray, n_gt: int) -> float:
@@ -94,7 +103,7 @@ def detection_map(reference: Sequence[Detections], candidate: Sequence[Detection
             order = np.argsort(-s, kind="mergesort")
             p, s = p[order], s[order]
             scores[c].append(s)
-            ious = iou_matrix(p, g) if g.shape[0] else np.zeros((p.shape[0], 0), np.float32)
+            ious = _iou(p, g)
             for ti, t in enumerate(IOU_THRESHOLDS):
                 taken = np.zeros(g.shape[0], bool)
                 tp = np.zeros(p.shape[0], bool)
