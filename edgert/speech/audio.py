@@ -139,8 +139,8 @@ def resample(audio: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndar
     return result
 
 
-def read_audio(path: str | Path) -> np.ndarray:
-    """The whole file as 16 kHz mono float32 (resampled and downmixed where needed)."""
+def _open_checked(path: str | Path) -> tuple[Path, Any]:
+    """The path, checked (exists, not a truncated WAV), and the soundfile module."""
     p = Path(path)
     if not p.exists():
         raise SourceError(f"{p}: audio file not found")
@@ -148,16 +148,28 @@ def read_audio(path: str | Path) -> np.ndarray:
         raise SourceError(f"{p}: not a file")
     sf = lazy_import("soundfile", "reading audio files")
     _check_wav_header(p)
+    return p, sf
+
+
+def _read_error(p: Path, exc: Exception) -> SourceError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return SourceError(f"{p}: cannot read audio: {first}")
+
+
+def read_audio(path: str | Path) -> np.ndarray:
+    """The whole file as 16 kHz mono float32 (resampled and downmixed where needed)."""
+    p, sf = _open_checked(path)
     try:
         data, rate = sf.read(str(p), dtype="float32", always_2d=True)
     except (RuntimeError, sf.LibsndfileError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SourceError(f"{p}: cannot read audio: {first}") from None
+        raise _read_error(p, exc) from None
     channels = data.shape[1]
     mono = data[:, 0] if channels == 1 else data.mean(axis=1)
-    if rate != SAMPLE_RATE or channels != 1:
+    if rate != SAMPLE_RATE:
         mono = resample(np.ascontiguousarray(mono, dtype=np.float32), int(rate))
         log.warning("%s: resampled %d Hz, %d channel(s) to 16000 Hz mono", p.name, rate, channels)
+    elif channels != 1:
+        log.warning("%s: mixed %d channels down to mono", p.name, channels)
     out: np.ndarray = np.ascontiguousarray(mono, dtype=np.float32)
     return out
 
@@ -214,15 +226,34 @@ class AudioSource(abc.ABC):
 
 
 class FileSource(AudioSource):
-    """One audio file, decoded at open (clips are short; a 10-minute file is 38 MB of float32)."""
+    """One audio file. A 16 kHz mono file is read chunk by chunk, so an hour-long recording costs no
+    more memory than a clip; any other file is decoded, downmixed and resampled whole at open."""
 
     def __init__(self, path: str | Path, chunk_samples: int = 512) -> None:
         super().__init__(str(path), chunk_samples)
-        self.path = Path(path)
-        self.audio = read_audio(self.path)
+        self.path, self._sf = _open_checked(path)
+        try:
+            info = self._sf.info(str(self.path))
+        except (RuntimeError, self._sf.LibsndfileError) as exc:
+            raise _read_error(self.path, exc) from None
+        native = info.samplerate == SAMPLE_RATE and info.channels == 1
+        self.audio: np.ndarray | None = None if native else read_audio(self.path)
+        self.frames = int(info.frames) if native else len(self.audio) if self.audio is not None else 0
 
     def __iter__(self) -> Iterator[AudioChunk]:
-        yield from self._chunks(self.audio, str(self.path))
+        if self.audio is not None:
+            yield from self._chunks(self.audio, str(self.path))
+            return
+        n = self.chunk_samples
+        count = max(1, -(-self.frames // n))
+        try:
+            with self._sf.SoundFile(str(self.path)) as fh:
+                for i in range(count):
+                    piece = np.ascontiguousarray(fh.read(n, dtype="float32"), dtype=np.float32)
+                    self.samples_read += len(piece)
+                    yield AudioChunk(piece, i * n / SAMPLE_RATE, str(self.path), i, last=i == count - 1)
+        except (RuntimeError, self._sf.LibsndfileError) as exc:
+            raise _read_error(self.path, exc) from None
 
 
 class FolderSource(AudioSource):

@@ -42,6 +42,8 @@ def test_file_chunks_have_fixed_size_and_timestamps(tmp_path: Path) -> None:
     assert chunks[3].start == pytest.approx(3 * 512 / SR)
     assert chunks[-1].last and not any(c.last for c in chunks[:-1])
     assert src.stats()["seconds"] == pytest.approx(1.0)
+    assert src.audio is None  # 16 kHz mono is read chunk by chunk, not decoded whole
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), read_audio(path))
 
 
 def test_44k_stereo_is_resampled_to_16k_mono_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
