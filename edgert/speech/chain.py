@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgert.errors import ConfigError, EdgertError
+from edgert.errors import ConfigError
 from edgert.speech.asr import Transcriber
 from edgert.speech.audio import SAMPLE_RATE, AudioChunk, AudioSource
 from edgert.speech.features import N_SAMPLES
@@ -306,12 +306,17 @@ class _AsrWorker:
                 return
             try:
                 self._chain._transcribe(seg)
-            except EdgertError as exc:  # reported to the reading thread on its next submit / close
+            except BaseException as exc:  # handed to the reading thread on its next submit, or at close
                 self.error = exc
                 return
 
     def close(self) -> None:
-        self._queue.put(None)
+        while self._thread.is_alive():
+            try:
+                self._queue.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                continue
         self._thread.join()
         if self.error is not None:
             raise self.error
