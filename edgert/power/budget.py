@@ -68,6 +68,7 @@ class BudgetController:
         min_fps: float = 0.2,
         max_fps: float | None = None,
         smooth_s: float = 0.5,
+        owns_meter: bool = False,
     ) -> None:
         if budget_w <= 0:
             raise PowerError(f"power budget must be > 0 W, got {budget_w}")
@@ -99,6 +100,7 @@ class BudgetController:
         self._smoothed: float | None = None  # what the loop acts on: an EMA of readings
         self._achieved: float | None = None
         self.sampler = PowerSampler(meter, hz=sample_hz, on_sample=self._update)
+        self._owns_meter = owns_meter  # opened for us by budget_admission: close it with the controller
         self._started = False
         self._closed = False
 
@@ -135,6 +137,8 @@ class BudgetController:
         if not self._closed:
             self._closed = True
             self.sampler.stop()
+            if self._owns_meter:
+                self.meter.close()
 
     def __enter__(self) -> BudgetController:
         return self.start()
@@ -211,6 +215,7 @@ class BudgetController:
                 "mj_per_frame": s["mj_per_frame"],
                 "duration_s": s["duration_s"],
                 "meter": self.meter.kind,
+                "meter_errors": s["errors"],
                 "control": {"window_s": self.window_s, "gain": self.gain, "margin": self.margin,
                             "sample_hz": self.sampler.hz},
             }
@@ -226,10 +231,17 @@ def budget_admission(power_config: PowerConfig, meter: PowerMeter | None = None)
     """
     if power_config.budget_w is None:
         return None
+    owns = meter is None
     if meter is None:
         from edgert.power.meters import open_meter
 
         meter = open_meter(power_config.meter)
     if not meter.available:
         raise PowerError(f"--power-budget needs a power meter, and there is none here: {meter.description}")
-    return BudgetController(meter, power_config.budget_w, rail=power_config.rail, sample_hz=power_config.sample_hz)
+    try:
+        return BudgetController(meter, power_config.budget_w, rail=power_config.rail,
+                                sample_hz=power_config.sample_hz, owns_meter=owns)
+    except PowerError:
+        if owns:
+            meter.close()
+        raise

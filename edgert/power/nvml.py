@@ -4,6 +4,10 @@
 ``nvmlDeviceGetTotalEnergyConsumption`` (Volta and newer) gives millijoules since the driver loaded,
 which the sampler prefers to integrating samples. On Jetson (Orin) NVML answers "not supported" for
 power: this meter then refuses to open, with that reason, and ``open_meter("auto")`` moves on.
+
+Because the watts are a one-second average while joules come from the counter, a sampler's ``peak_w``
+(the largest reading) can come out below its ``avg_w`` (energy / time) over a short, steady run; the
+energy and mJ/frame figures are the accurate ones.
 """
 
 from __future__ import annotations

@@ -161,3 +161,16 @@ def test_parse_watts(text: str, watts: float) -> None:
 def test_parse_watts_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="watts"):
         parse_watts(text)
+
+
+def test_budget_admission_closes_the_meter_it_opened(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.power import boards
+
+    boards.tegrastats_script(tmp_path, boards.ORIN_NANO_JP6_LINE)
+    monkeypatch.setenv("EDGERT_SYSROOT", str(tmp_path))
+    ctl = budget_admission(PowerConfig(budget_w=6.0, meter="tegrastats", sample_hz=20))
+    assert ctl is not None and ctl.meter.kind == "tegrastats"
+    ctl()
+    ctl.close()
+    assert ctl.meter._proc.poll() is not None  # type: ignore[attr-defined]  # the tegrastats process ended
+    assert ctl.stats()["meter_errors"] == 0
