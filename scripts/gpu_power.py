@@ -182,6 +182,29 @@ def window_figures(samples: list[Sample], t_from: float, meter: PowerMeter) -> d
     }
 
 
+def settle_time(samples: list[Sample], budget: float, t_start: float, window_s: float = 5.0) -> float | None:
+    """Seconds from ``t_start`` after which the ``window_s`` moving average stays within 5 % of ``budget``."""
+    times = [x.reading.time for x in samples]
+    watts = [x.reading.total_w for x in samples]
+    ok_since: float | None = None
+    lo = 0
+    total = 0.0
+    for i, (t, w) in enumerate(zip(times, watts)):
+        total += w
+        while times[lo] < t - window_s:
+            total -= watts[lo]
+            lo += 1
+        if t - t_start < window_s:
+            continue
+        avg = total / (i - lo + 1)
+        if abs(avg - budget) <= 0.05 * budget:
+            if ok_since is None:
+                ok_since = t
+        else:
+            ok_since = None
+    return None if ok_since is None else round(ok_since - t_start, 1)
+
+
 def run_bench_cli(model: Path, backend: str, seconds: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "edgert.cli.main", "bench", str(model), "--backend", backend,
            "--duration", str(seconds), "--warmup", "50", "--json", "--power"]
@@ -305,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 "level": level, "budget_w": budget, "start_fps": start_fps, "settle_s": args.settle_s,
                 "seconds": args.budget_s,
                 "after_settling": win, "controller": stats,
+                "settle_time_s": settle_time(ctl.sampler.samples(), budget, t_start),
                 "settled_under_budget": bool(win.get("avg_w") is not None and win["avg_w"] <= budget),
                 "within_5_percent": bool(win.get("avg_w") is not None and abs(win["avg_w"] - budget) <= 0.05 * budget),
                 "fps_vs_unconstrained": (win.get("fps") or 0) / full["fps"] if full.get("fps") else None,
@@ -316,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"budget {budget:.1f} W (level {level}): after {args.settle_s:g} s "
                   f"{win.get('avg_w', float('nan')):.1f} W "
                   f"({win.get('avg_source')}), {win.get('fps') or 0:.0f} fps, over budget "
-                  f"{(stats['over_budget_fraction'] or 0) * 100:.1f}% of the time -> "
+                  f"{(stats['over_budget_fraction'] or 0) * 100:.1f}% of the time, settled after "
+                  f"{run['settle_time_s']} s -> "
                   f"{'UNDER' if run['settled_under_budget'] else 'OVER'} budget")
         work.close()
         meter.close()
