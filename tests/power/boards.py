@@ -221,11 +221,13 @@ def xavier_nx_jp4(root: Path) -> Path:
 
 
 def agx_orin(root: Path) -> Path:
-    """AGX Orin: two INA3221s, three channels labelled NC; no input rail (rail names from NVIDIA's guide)."""
-    ina3221_hwmon(root, "bus@0/c240000.i2c/i2c-1", "1-0040", "hwmon1",
-                  [("VDD_GPU_SOC", 19120, 210), ("VDD_CPU_CV", 19120, 60), ("VIN_SYS_5V0", 5024, 620)])
-    ina3221_hwmon(root, "bus@0/c240000.i2c/i2c-1", "1-0041", "hwmon2",
-                  [("NC", 0, 0), ("VDDQ_VDD2_1V8AO", 5024, 90), ("NC", 0, 0)])
+    """AGX Orin: two INA3221s, no input rail (rail names from NVIDIA's guide; readings as posted from a
+    loaded AGX Orin). Unconnected channels are labelled NC on some releases and have no label on others."""
+    ina3221_hwmon(root, "bus@0/c240000.i2c/i2c-1", "1-0040", "hwmon3",
+                  [("VDD_GPU_SOC", 843, 6170), ("VDD_CPU_CV", 780, 3437), ("VIN_SYS_5V0", 4968, 953)])
+    second = ina3221_hwmon(root, "bus@0/c240000.i2c/i2c-1", "1-0041", "hwmon4",
+                           [("NC", 0, 0), ("VDDQ_VDD2_1V8AO", 1800, 341), ("NC", 0, 0)])
+    (second / "in3_label").unlink()
     return root
 
 

@@ -92,7 +92,8 @@ def test_agx_orin_skips_unconnected_channels_and_the_shunt_sum(sysroot: Path) ->
     # NVIDIA's guide: VDDQ_VDD2_1V8AO is already inside VIN_SYS_5V0
     assert meter.total_rails == ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0")
     r = meter.read()
-    assert r.total_w == pytest.approx(19.12 * 0.21 + 19.12 * 0.06 + 5.024 * 0.62)
+    assert r.total_w == pytest.approx(0.843 * 6.17 + 0.780 * 3.437 + 4.968 * 0.953)
+    assert r.watts["VDDQ_VDD2_1V8AO"] == pytest.approx(1.8 * 0.341)
 
 
 def test_a_disabled_channel_is_left_out(sysroot: Path) -> None:
