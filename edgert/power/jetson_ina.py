@@ -192,6 +192,7 @@ class JetsonInaMeter(PowerMeter):
         self._rails = tuple(ch.rail for ch in self.channels)
         self._total_rails: tuple[str, ...] = total_rails_for(self._rails)
         self._energy0: dict[str, float] = {}
+        self.read()  # unreadable files (permissions, a driver in a bad state) fail here, not mid-run
 
     @property
     def rails(self) -> tuple[str, ...]:

@@ -221,3 +221,21 @@ def test_meter_reads_from_several_threads(sysroot: Path) -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_sysfs_falls_back_to_tegrastats(sysroot: Path) -> None:
+    boards.orin_nano_jp6(sysroot)
+    for f in sysroot.glob("sys/devices/**/hwmon1/curr*_input"):
+        f.chmod(0o200)
+    with pytest.raises(PowerError, match="cannot read"):
+        JetsonInaMeter()
+    with open_meter("auto") as meter:
+        assert meter.kind == "tegrastats"
+
+
+def test_a_rail_that_fails_at_open_is_reported(sysroot: Path) -> None:
+    boards.orin_nano_jp6(sysroot)
+    (next(sysroot.glob("sys/devices/**/hwmon1")) / "in2_input").write_text("garbage\n")
+    with pytest.raises(PowerError, match="VDD_CPU_GPU_CV"):
+        JetsonInaMeter()
