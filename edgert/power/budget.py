@@ -128,7 +128,10 @@ class BudgetController:
         if delay > 0:
             self.clock.sleep(delay)
         with self._lock:
-            self._admitted.append(max(slot, now))
+            t = max(slot, now)
+            self._admitted.append(t)
+            while self._admitted[0] < t - 2 * _ACHIEVED_WINDOW_S:  # bounded even if no reading arrives
+                self._admitted.popleft()
         self.sampler.frame_done()
 
     __call__ = admit
