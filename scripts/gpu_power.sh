@@ -34,7 +34,7 @@ python3 -c "import pynvml; print('nvidia-ml-py', getattr(pynvml, '__version__', 
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())" 2>&1 \
   | tee -a "$out/versions.txt"
 python3 -m edgert.cli.main power --meter nvml 2>&1 | tee "$out/edgert_power.txt"
-timeout 900 python3 scripts/gpu_power.py --out "$out/gpu_power.json" "$@" 2>&1 | tee "$out/gpu_power.log" | grep -v "^INFO"
+timeout 500 python3 scripts/gpu_power.py --out "$out/gpu_power.json" "$@" 2>&1 | tee "$out/gpu_power.log" | grep -v "^INFO"
 rc=${PIPESTATUS[0]}
 nvidia-smi --query-gpu=name,power.draw,clocks.sm,temperature.gpu --format=csv > "$out/nvidia-smi-after.txt" 2>&1
 echo "gpu_power: exit $rc; results in $out/gpu_power.json"
