@@ -190,9 +190,14 @@ class AsrConfig:
     model: str = ""
     max_tokens: int = 224
     decoder: Literal["auto", "exact", "bucketed"] = "auto"
+    no_speech_threshold: float | None = 0.6  # Whisper's silence rule; None: keep every text
+    logprob_threshold: float = -1.0
 
     def __post_init__(self) -> None:
         _check(1 <= self.max_tokens <= 254, "max_tokens", f"expected 1..254, got {self.max_tokens}")
+        if self.no_speech_threshold is not None:
+            _check(0.0 <= self.no_speech_threshold <= 1.0, "no_speech_threshold",
+                   f"expected 0..1, got {self.no_speech_threshold}")
 
 
 @dataclass(frozen=True)

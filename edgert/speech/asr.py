@@ -20,7 +20,9 @@ while a Session allocates its buffers once for one shape. Two ways are offered:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -43,8 +45,28 @@ log = logging.getLogger(__name__)
 START_TOKENS: tuple[int, ...] = (50257, 50362)
 END_TOKEN = 50256
 BLANK_TOKEN = 220  # "Ġ": Whisper never lets the text start with a bare space
+NO_SPEECH_TOKEN = 50361  # <|nocaptions|> in the English-only vocabulary
 MAX_TOKENS = 224  # Whisper's sample_len: half the decoder's 448-token context
 _BUCKETS = (16, 32, 64, 128, 256)
+
+
+@dataclass
+class _Window:
+    """What greedy decoding of one 30 s window gives."""
+
+    tokens: list[int] = field(default_factory=list)
+    truncated: bool = False
+    sum_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = float(np.max(x))
+    return m + float(np.log(np.sum(np.exp(x - m))))
+
+
+def _softmax_at(x: np.ndarray, i: int) -> float:
+    return float(np.exp(float(x[i]) - _logsumexp(x)))
 
 
 def whisper_files(model_dir: str | Path) -> tuple[Path, Path, Path]:
@@ -61,7 +83,7 @@ def whisper_files(model_dir: str | Path) -> tuple[Path, Path, Path]:
 
 
 class _Decoder(Protocol):
-    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray: ...
+    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray: ...
     def set_encoder_out(self, encoder_out: np.ndarray) -> None: ...
     def close(self) -> None: ...
 
@@ -122,12 +144,13 @@ class _ExactOrtDecoder:
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         self._feed = dict(zip(self._hoisted, values))
 
-    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+        """Logits [n, vocab] of the first ``n`` tokens."""
         try:
             logits = self._step.run([self._out], {"tokens": tokens[:, :n], **self._feed})[0]
         except Exception as exc:  # onnxruntime's pybind11 exception types
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
-        out: np.ndarray = logits[0, n - 1]
+        out: np.ndarray = logits[0]
         return out
 
     def close(self) -> None:
@@ -159,7 +182,7 @@ class _BucketedDecoder:
         self._encoder_out = encoder_out
         self._fresh.clear()
 
-    def last_logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
         length = next((b for b in _BUCKETS if b >= n), _BUCKETS[-1])
         sess = self._session(length)
         if length not in self._fresh and self._encoder_out is not None:
@@ -168,7 +191,7 @@ class _BucketedDecoder:
         buf = sess.inputs["tokens"]
         buf.fill(END_TOKEN)
         buf[0, :n] = tokens[0, :n]
-        out: np.ndarray = sess.infer()[sess.output_specs[0].name][0, n - 1]
+        out: np.ndarray = sess.infer()[sess.output_specs[0].name][0, :n]
         return out
 
     def close(self) -> None:
@@ -192,6 +215,8 @@ class Transcriber:
         threads: int = 0,
         max_tokens: int = MAX_TOKENS,
         decoder: Literal["auto", "exact", "bucketed"] = "auto",
+        no_speech_threshold: float | None = 0.6,
+        logprob_threshold: float = -1.0,
     ) -> None:
         enc_path, dec_path, tok_path = whisper_files(model_dir)
         if not 1 <= max_tokens <= _BUCKETS[-1] - len(START_TOKENS):
@@ -202,6 +227,8 @@ class Transcriber:
         except Exception as exc:  # tokenizers raises a plain Exception subclass from Rust
             raise ModelError(f"{tok_path}: cannot read the tokenizer: {str(exc).splitlines()[0]}") from exc
         self.max_tokens = max_tokens
+        self.no_speech_threshold = no_speech_threshold  # None: never drop a window as silence
+        self.logprob_threshold = logprob_threshold
         self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
         try:
             self._check_encoder(enc_path)
@@ -236,51 +263,72 @@ class Transcriber:
             self._suppress = mask
         return self._suppress
 
-    def _decode_window(self, audio: np.ndarray) -> tuple[list[int], bool]:
+    def _decode_window(self, audio: np.ndarray) -> _Window:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
         encoder_out = self.encoder.infer()[self._enc_out_name]
         self._decoder.set_encoder_out(encoder_out)
         toks = self._tokens
         n = len(START_TOKENS)
         toks[0, :n] = START_TOKENS
-        out: list[int] = []
+        window = _Window()
         for step in range(self.max_tokens):
-            logits = self._decoder.last_logits(toks, n)
-            logits = np.where(self._suppress_mask(logits.shape[0]), -np.inf, logits)
+            all_logits = self._decoder.logits(toks, n)
+            if step == 0 and all_logits.shape[1] > NO_SPEECH_TOKEN:
+                # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
+                window.no_speech_prob = float(_softmax_at(all_logits[0], NO_SPEECH_TOKEN))
+            logits = np.where(self._suppress_mask(all_logits.shape[1]), -np.inf, all_logits[n - 1])
             if step == 0:  # Whisper's SuppressBlank: no empty text, no leading space
                 logits[BLANK_TOKEN] = -np.inf
                 logits[END_TOKEN] = -np.inf
             token = int(np.argmax(logits))
+            window.sum_logprob += float(logits[token] - _logsumexp(logits))
             if token == END_TOKEN:
-                return out, False
-            out.append(token)
+                return window
+            window.tokens.append(token)
             toks[0, n] = token
             n += 1
         log.warning("Whisper stopped at max_tokens=%d before the end token", self.max_tokens)
-        return out, True
+        window.truncated = True
+        return window
 
     def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "") -> Transcript:
-        """Transcribe 16 kHz mono float32 ``audio`` that starts at ``start`` seconds of ``stream``."""
+        """Transcribe 16 kHz mono float32 ``audio`` that starts at ``start`` seconds of ``stream``.
+
+        As Whisper's own ``transcribe`` does, a window whose no-speech probability exceeds
+        ``no_speech_threshold`` while its mean token log-probability is below ``logprob_threshold``
+        is taken for silence: its text is dropped and the transcript says ``no_speech``.
+        """
         x = np.asarray(audio)
         if x.ndim != 1 or x.dtype != np.float32:
             raise InputError(f"Whisper input: expected float32 [samples] at 16 kHz, got {x.dtype}{list(x.shape)}")
         tokens: list[int] = []
         truncated = False
+        sum_logprob, counted, no_speech, windows, silent = 0.0, 0, 0.0, 0, 0
         for off in range(0, max(len(x), 1), N_SAMPLES):
-            window_tokens, cut = self._decode_window(x[off : off + N_SAMPLES])
-            tokens += window_tokens
-            truncated = truncated or cut
+            w = self._decode_window(x[off : off + N_SAMPLES])
+            windows += 1
+            no_speech += w.no_speech_prob
+            avg = w.sum_logprob / (len(w.tokens) + 1)
+            if (self.no_speech_threshold is not None and w.no_speech_prob > self.no_speech_threshold
+                    and avg < self.logprob_threshold):
+                silent += 1
+                continue
+            tokens += w.tokens
+            truncated = truncated or w.truncated
+            sum_logprob += w.sum_logprob
+            counted += len(w.tokens) + 1
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         return Transcript(text=text, start=start, end=start + len(x) / SAMPLE_RATE, tokens=tuple(tokens),
-                          stream=stream, truncated=truncated)
+                          stream=stream, truncated=truncated,
+                          avg_logprob=sum_logprob / counted if counted else None,
+                          no_speech_prob=min(max(no_speech / windows, 0.0), 1.0), no_speech=silent == windows)
 
     def transcribe_segment(self, segment: SpeechSegment) -> Transcript:
         """Transcribe a VAD segment (it must carry its audio); the transcript keeps its times."""
         if segment.audio is None:
             raise InputError("SpeechSegment has no audio: the VAD must keep segment audio for transcription")
         t = self.transcribe(segment.audio, segment.start, segment.stream)
-        return Transcript(text=t.text, start=segment.start, end=segment.end, tokens=t.tokens,
-                          stream=segment.stream, truncated=t.truncated)
+        return dataclasses.replace(t, start=segment.start, end=segment.end)
 
     def close(self) -> None:
         self.encoder.close()

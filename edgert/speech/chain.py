@@ -78,7 +78,8 @@ class SpeechChain:
                       if stage is not None}
         self.audio_seconds = 0.0
         self.chunks = 0
-        self.counts = {"segment": 0, "wake": 0, "transcript": 0, "skipped_segments": 0, "dropped_segments": 0}
+        self.counts = {"segment": 0, "wake": 0, "transcript": 0, "skipped_segments": 0, "dropped_segments": 0,
+                       "no_speech_segments": 0}
         self._stream = ""
         self._preroll: deque[AudioChunk] = deque()
         self._was_speech = False
@@ -175,6 +176,10 @@ class SpeechChain:
         if asr is None:
             return
         transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg), seg.duration)
+        if transcript.no_speech:  # Whisper's silence rule: noise the VAD let through
+            with self._lock:
+                self.counts["no_speech_segments"] += 1
+            return
         self._emit(transcript)
 
     def _whole_stream(self, chunk: AudioChunk) -> None:
@@ -254,6 +259,7 @@ class SpeechChain:
             "transcripts": self.counts["transcript"],
             "skipped_segments": self.counts["skipped_segments"],
             "dropped_segments": self.counts["dropped_segments"],
+            "no_speech_segments": self.counts["no_speech_segments"],
             "stages": {name: st.to_dict(audio) for name, st in self.stats.items()},
             "stopped_by": stopped_by,
         }

@@ -85,12 +85,21 @@ class Transcript:
     tokens: tuple[int, ...] = ()
     stream: str = ""
     truncated: bool = False  # decoding stopped at max_tokens before the end token
+    avg_logprob: float | None = None  # mean log-probability of the kept tokens (end token included)
+    no_speech_prob: float | None = None  # Whisper's own estimate that there was no speech
+    no_speech: bool = False  # taken for silence (no_speech_prob high and avg_logprob low): text dropped
 
     def __post_init__(self) -> None:
         _check_span(self.start, self.end, "Transcript")
         if any(t < 0 for t in self.tokens):
             raise ValueError("Transcript: token ids must be >= 0")
+        if self.no_speech_prob is not None and not 0.0 <= self.no_speech_prob <= 1.0:
+            raise ValueError(f"Transcript: no_speech_prob must be in 0..1, got {self.no_speech_prob}")
 
     def to_dict(self) -> dict[str, Any]:
+        def r(x: float | None) -> float | None:
+            return None if x is None else round(x, 4)
+
         return {"type": "transcript", "stream": self.stream, "start": round(self.start, 3),
-                "end": round(self.end, 3), "text": self.text, "truncated": self.truncated}
+                "end": round(self.end, 3), "text": self.text, "truncated": self.truncated,
+                "avg_logprob": r(self.avg_logprob), "no_speech_prob": r(self.no_speech_prob)}

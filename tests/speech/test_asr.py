@@ -45,7 +45,7 @@ def test_bucketed_decoder_matches_the_exact_one(speech_models: Path, whisper: Tr
         exact.set_encoder_out(encoder_out)
         bucketed.set_encoder_out(encoder_out)
         for n in (2, 7):
-            a, b = exact.last_logits(tokens, n), bucketed.last_logits(tokens, n)
+            a, b = exact.logits(tokens, n)[n - 1], bucketed.logits(tokens, n)[n - 1]
             assert a.argmax() == b.argmax()
             np.testing.assert_allclose(a, b, atol=2e-3)
     finally:
@@ -59,6 +59,21 @@ def test_max_tokens_marks_truncation(whisper: Transcriber, clip_0930: np.ndarray
     finally:
         whisper.max_tokens = 224
     assert t.truncated and len(t.tokens) == 3
+
+
+def test_noise_is_taken_for_silence(whisper: Transcriber, clip_0930: np.ndarray) -> None:
+    """Whisper's own rule: high no-speech probability and low confidence drop the (hallucinated) text."""
+    noise = np.random.default_rng(0).normal(0, 0.01, 32000).astype(np.float32)
+    t = whisper.transcribe(noise)
+    assert t.no_speech and t.text == "" and t.no_speech_prob is not None and t.no_speech_prob > 0.6
+    speech = whisper.transcribe(clip_0930)
+    assert not speech.no_speech and speech.no_speech_prob is not None and speech.no_speech_prob < 0.1
+    assert speech.avg_logprob is not None and -0.5 < speech.avg_logprob < 0
+    whisper.no_speech_threshold = None
+    try:
+        assert not whisper.transcribe(noise).no_speech
+    finally:
+        whisper.no_speech_threshold = 0.6
 
 
 def test_wrong_input_dtype(whisper: Transcriber) -> None:
