@@ -106,3 +106,25 @@ def test_config_and_sink_mistakes(tmp_path: Path, speech_models: Path, padded_cl
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: asr\nspeech:\n  chain: [asr, vad]\n")
     assert_one_line_error(run_cli("run", "--config", str(bad)), "bad.yaml:3", "speech.chain")
+
+
+def test_wake_and_transcribe_app(tmp_path: Path, speech_models: Path, clip_0930: np.ndarray,
+                                 espeak_clips: dict[str, Path]) -> None:
+    import subprocess
+    import sys
+
+    from edgert.speech import read_audio
+
+    from ..helpers import ROOT
+
+    wav = tmp_path / "ask.wav"
+    wake = read_audio(espeak_clips["hey_jarvis"])
+    sf.write(wav, np.concatenate([silence(0.5), wake, silence(0.6), clip_0930, silence(0.5)]), SR, subtype="PCM_16")
+    r = subprocess.run([sys.executable, str(ROOT / "apps" / "wake_and_transcribe.py"), "--models", str(speech_models),
+                        "--source", str(wav), "--backend", "onnxruntime"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "wake word hey_jarvis" in r.stdout and "amiable himself" in r.stdout.lower()
+    assert "Whisper ran on" in r.stderr
+    r = subprocess.run([sys.executable, str(ROOT / "apps" / "wake_and_transcribe.py"), "--models", str(tmp_path),
+                        "--source", str(wav)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "model file not found" in r.stderr
