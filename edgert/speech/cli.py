@@ -9,6 +9,7 @@ the config (``speech.vad.model``, ``speech.wakeword.models``, ``speech.asr.model
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,6 +19,8 @@ from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 
 __all__ = ["build_chain", "cli_run", "format_speech_summary", "resolve_chain"]
+
+log = logging.getLogger(__name__)
 
 
 def resolve_chain(config: PipelineConfig) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -116,6 +119,11 @@ def cli_run(config: PipelineConfig, args: Any) -> int:
         raise ConfigError("no source given. Note: pass --source (a WAV/FLAC file, a folder, alsa://default, "
                           "mic://N) or set source.uri")
     max_chunks = config.runtime.max_frames
+    ignored = [flag for flag, on in (("--power-budget", config.power.budget_w is not None),
+                                     ("--loop", config.source.loop),
+                                     ("--metrics", bool(getattr(args, "metrics", None)))) if on]
+    if ignored:
+        log.warning("speech tasks do not use %s yet; ignored", ", ".join(ignored))
     with ExitStack() as stack:
         sinks = [stack.enter_context(open_event_sink(u)) for u in config.sinks]
         # Without sinks (and without --json, whose stdout is the summary) events print as text lines.
