@@ -10,7 +10,8 @@ For each ONNX Runtime thread count asked for (``--threads 0,1,2``) and each repe
    video, preprocess, infer, decode boxes + NMS, in four threads (no sinks unless ``--sink``);
 
 and prints pipeline FPS / bare FPS (target >= 0.9). Bare and pipeline runs alternate, so background
-load hits both alike; the spread over repeats is reported.
+load hits both alike; the spread over repeats is reported. The CPU time per frame of each (all threads
+of the process) shows what the pipeline adds independently of other load on the machine.
 
 Then one more pipeline run under ``tracemalloc`` measures Python allocation in steady state: the net
 growth of traced memory per frame between frame ``--warm`` and the last frame (a leak or a growing
@@ -62,23 +63,27 @@ def preprocessed_frames(detector: Detector, video: str, count: int) -> list[np.n
     return frames
 
 
-def bare_fps(detector: Detector, inputs: list[np.ndarray], frames: int) -> float:
+def bare_fps(detector: Detector, inputs: list[np.ndarray], frames: int) -> tuple[float, float]:
+    """Frames per second, and CPU milliseconds per frame (all threads of this process)."""
     session = detector.session
     target = session.inputs[detector.input_name]
     for i in range(5):  # warm-up
         np.copyto(target, inputs[i % len(inputs)])
         session.infer()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for i in range(frames):
         np.copyto(target, inputs[i % len(inputs)])
         session.infer()
-    return frames / (time.perf_counter() - started)
+    return frames / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / frames
 
 
 def pipeline_run(detector: Detector, config: PipelineConfig, sinks: list[str],
                  observers: list[Any] | None = None) -> dict[str, Any]:
-    return Pipeline(config, detector=detector, sinks=sinks, observers=observers or [],
-                    handle_signals=False).run()
+    cpu = time.process_time()
+    summary = Pipeline(config, detector=detector, sinks=sinks, observers=observers or [],
+                       handle_signals=False).run()
+    summary["cpu_ms_per_frame"] = (time.process_time() - cpu) * 1000 / max(1, summary["frames"])
+    return summary
 
 
 class AllocationProbe(BaseObserver):
@@ -154,12 +159,14 @@ def main() -> int:
         )
         with Detector(args.model, config) as detector:
             inputs = preprocessed_frames(detector, args.video, 16)
-            bare, piped, ratios = [], [], []
+            bare, piped, ratios, bare_cpu, pipe_cpu = [], [], [], [], []
             stage_p50: dict[str, list[float]] = {}
             for _ in range(args.repeats):
-                b = bare_fps(detector, inputs, args.frames)
+                b, b_cpu = bare_fps(detector, inputs, args.frames)
                 summary = pipeline_run(detector, config, args.sink)
                 bare.append(b)
+                bare_cpu.append(b_cpu)
+                pipe_cpu.append(summary["cpu_ms_per_frame"])
                 piped.append(summary["fps"])
                 ratios.append(summary["fps"] / b)
                 for stage, q in summary["latency_ms"].items():
@@ -175,11 +182,16 @@ def main() -> int:
                 "bare_fps_median": round(statistics.median(bare), 2),
                 "pipeline_fps_median": round(statistics.median(piped), 2),
                 "stage_p50_ms_median": {k: round(statistics.median(v), 2) for k, v in stage_p50.items()},
+                # CPU time is what the pipeline adds, whatever else the machine is doing (FPS is not).
+                "bare_cpu_ms_per_frame_median": round(statistics.median(bare_cpu), 2),
+                "pipeline_cpu_ms_per_frame_median": round(statistics.median(pipe_cpu), 2),
             }
             results["settings"].append(entry)
             print(f"threads={threads}: bare {entry['bare_fps']} fps, pipeline {entry['pipeline_fps']} fps, "
                   f"ratio median {entry['ratio_median']} (min {entry['ratio_min']}, max {entry['ratio_max']}); "
-                  f"stage p50 ms {entry['stage_p50_ms_median']}", flush=True)
+                  f"CPU ms/frame bare {entry['bare_cpu_ms_per_frame_median']} pipeline "
+                  f"{entry['pipeline_cpu_ms_per_frame_median']}; stage p50 ms {entry['stage_p50_ms_median']}",
+                  flush=True)
             if best is None or entry["pipeline_fps_median"] > best["pipeline_fps_median"]:
                 best = entry
                 results["allocation"] = measure_allocation(detector, config, args.sink, args.warm)
