@@ -201,3 +201,25 @@ def test_image_folder_with_mixed_sizes_into_video_and_jsonl(media: dict[str, Pat
     assert json.loads(r.stdout)["drops"] == {"corrupt_frames": 1}
     cap = cv2.VideoCapture(str(video))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3 and int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 96
+
+
+def test_killed_process_leaves_only_whole_jsonl_lines(media: dict[str, Path], tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.cli.main", "run", "--model", str(media["model"]), "--source",
+         str(media["video"]), "--loop", "--sink", f"jsonl://{events}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 5000):
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL: no handler, no flush, no close
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = events.read_text()
+    assert text.endswith("\n")
+    frames = [json.loads(line)["frame"] for line in text.splitlines()]
+    assert frames == list(range(len(frames))) and len(frames) > 10
