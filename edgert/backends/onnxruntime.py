@@ -53,7 +53,9 @@ def load_ort_session(path: Path, providers: list[Any], threads: int = 0) -> Any:
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
-    so.log_severity_level = 3  # ONNX Runtime's warnings go to stderr otherwise; errors still raise
+    # ONNX Runtime prints its own [E:onnxruntime...] lines otherwise; its errors still raise, and edgert reports
+    # them once, in one line.
+    so.log_severity_level = 4
     try:
         return ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as exc:  # onnxruntime raises pybind11 exception types that cannot be imported reliably
@@ -70,6 +72,7 @@ class OnnxRuntimeSession(Session):
         self.metadata = dict(self._sess.get_modelmeta().custom_metadata_map or {})
         for spec in self.input_specs:
             self.inputs[spec.name] = np.zeros(spec.concrete(dict(options.shapes)), dtype=spec.dtype)
+        self._dynamic_outputs = False  # True: ONNX Runtime allocates outputs per call (sizes follow the data)
         self._allocate_outputs()
         self._io = self._sess.io_binding()
         # Passing our own RunOptions matters: without it each call builds a fresh one (~120 B of garbage).
@@ -84,14 +87,25 @@ class OnnxRuntimeSession(Session):
                 self.outputs[spec.name] = np.zeros(spec.concrete(), dtype=spec.dtype)
             return
         # Output sizes depend on the input sizes: one run on the zeroed inputs tells them.
-        results = self._run_plain()
+        try:
+            results = self._run_plain()
+        except BackendError as exc:
+            # Some models cannot run on all-zero inputs (Silero VAD's If nodes reject sr=0): let ONNX
+            # Runtime allocate the outputs per call instead of failing at open.
+            log.info("cannot size the outputs with a probe run (%s); ONNX Runtime allocates them per call", exc)
+            self._dynamic_outputs = True
+            for spec in self.output_specs:
+                self.outputs[spec.name] = np.zeros(spec.concrete(), dtype=spec.dtype)
+            return
         for spec, value in zip(self.output_specs, results):
             self.outputs[spec.name] = np.zeros(value.shape, dtype=spec.dtype)
 
     def _bind_outputs(self) -> None:
-        self._dynamic_outputs = False
         for name, buf in self.outputs.items():
-            self._io.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+            if self._dynamic_outputs:
+                self._io.bind_output(name, "cpu")
+            else:
+                self._io.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
 
     def _run_plain(self) -> list[np.ndarray]:
         try:

@@ -127,3 +127,13 @@ def test_inspect_through_cli(assets: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "images float32[1,3,640,640]" in result.stdout
     assert "Normal" in result.stdout  # Ultralytics metadata comes through
+
+
+def test_a_model_that_cannot_run_on_zeros_still_opens(assets: Path) -> None:
+    """Silero VAD's If nodes reject sr=0, so its outputs cannot be sized by a probe run at open."""
+    model = assets / "models/speech/silero_vad.onnx"
+    with open_session(model, "onnxruntime", SessionOptions(shapes={"input": (1, 576)})) as session:
+        out = session.infer({"input": np.zeros((1, 576), np.float32), "state": np.zeros((2, 1, 128), np.float32),
+                             "sr": np.array(16000, np.int64)})
+        assert out["output"].shape == (1, 1)
+        assert 0.0 <= float(out["output"][0, 0]) <= 1.0
