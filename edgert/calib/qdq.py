@@ -9,7 +9,8 @@ points and INT32 biases.
 
 What stays float, because INT8 there breaks the model rather than speeding it up:
 
-* the decoding tail: every node after the last Conv on the way to the outputs. A detector's decoding
+* the decoding tail: every node after the last Conv on the way to the outputs, where a Conv that
+  reads a Softmax (YOLOv8's DFL, an expectation over box-offset bins) counts as decoding. A detector's decoding
   (box distances, softmax over bins, class scores concatenated with pixel coordinates) needs more than
   one 8-bit scale can hold: NanoDet's single output holds coordinates up to ~420 px and scores of 0..1.
 * tensors padded with ``-inf`` (a ``Pad`` whose constant is not finite, before a MaxPool): their range is
@@ -164,6 +165,17 @@ def _pads_nonfinite(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     return value is not None and not math.isfinite(value)
 
 
+_SHAPE_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _reads_softmax(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto]) -> bool:
+    """Whether ``node``'s first input is a Softmax output, possibly reshaped or transposed."""
+    src = producer.get(node.input[0]) if node.input else None
+    while src is not None and src.op_type in _SHAPE_OPS:
+        src = producer.get(src.input[0]) if src.input else None
+    return src is not None and src.op_type == "Softmax"
+
+
 def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS,
                       exclude_nodes: Collection[str] = (), nonfinite: Collection[str] = ()) -> GraphPlan:
     """Decide which layers run in INT8. ``model`` must come from :func:`prepare_model`."""
@@ -188,12 +200,15 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             dynamic.update(t for t in node.output if t)
 
     # The tail: nodes with no Conv at or after them. Models without convolutions anchor on matmuls.
+    # A Conv or MatMul that reads a Softmax (through shape-only ops) is decoding, not a layer: YOLOv8's
+    # DFL conv and NanoDet's projection take the expectation of a distribution over box offsets.
+    decoding = {n.name for n in dynamic_nodes if n.op_type in _WEIGHTED and _reads_softmax(n, producer)}
     anchor_ops: tuple[str, ...] = ("Conv", "ConvTranspose")
-    if not any(n.op_type in anchor_ops for n in dynamic_nodes):
+    if not any(n.op_type in anchor_ops and n.name not in decoding for n in dynamic_nodes):
         anchor_ops = ("Gemm", "MatMul")
     anchored: set[str] = set()
     for node in reversed(list(g.node)):
-        if node.op_type in anchor_ops or any(
+        if (node.op_type in anchor_ops and node.name not in decoding) or any(
             c.name in anchored for t in node.output for c in consumers.get(t, [])
         ):
             anchored.add(node.name)

@@ -3,7 +3,8 @@
 Writes ``OUT.onnx`` (explicitly quantized, Q/DQ, for TensorRT 10+ and ONNX Runtime), ``OUT.calib`` (a
 TensorRT calibration cache for implicit INT8 on JetPack 5/6 and DLA) and ``OUT.report.json``, and prints
 the report as a table. Outputs that are up to date (same model, images, preprocessing, method) are
-kept; anything else is rebuilt.
+kept; anything else is rebuilt. ``--recipe`` reads the settings from a YAML recipe (see calibration/);
+flags given on the command line win over the recipe.
 """
 
 from __future__ import annotations
@@ -22,48 +23,68 @@ def register(subparsers: Any) -> None:
         description="Calibrate an FP32 ONNX detector for INT8 on a folder of images.",
     )
     p.add_argument("model", help="FP32 ONNX model")
-    p.add_argument("--images", required=True, metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
                    help="Q/DQ model to write; OUT.calib and OUT.report.json go beside it")
-    p.add_argument("--num", type=int, default=32, help="images to draw from the folder (default 32; 0: all)")
-    p.add_argument("--method", choices=METHODS, default="entropy",
-                   help="range method: entropy (TensorRT's KL), percentile, minmax (default entropy)")
-    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the image draw (default 0)")
+    p.add_argument("--recipe", metavar="RECIPE.yaml", help="calibration recipe (images, num, method, preprocessing)")
+    p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
+    p.add_argument("--num", type=int, help="images to draw from the folder (default 32; 0: all)")
+    p.add_argument("--method", choices=METHODS,
+                   help="range method: percentile (default), entropy (TensorRT's KL), minmax")
+    p.add_argument("--percentile", type=float, help="for --method percentile (default 99.999)")
+    p.add_argument("--seed", type=int, help="seed of the image draw (default 0)")
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
     p.add_argument("--max-drop", type=float, metavar="D",
                    help="mixed precision: keep the most sensitive layers float until mAP vs FP32 >= 1-D")
-    p.add_argument("--check-video", metavar="PATH", help="also check accuracy on frames of this video")
-    p.add_argument("--check-frames", type=int, default=20, metavar="N", help="frames of --check-video (default 20)")
+    p.add_argument("--check-video", metavar="PATH", help="also check accuracy (and --max-drop) on frames of a video")
+    p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 20)")
     p.add_argument("--no-check", action="store_true", help="skip the accuracy check against FP32")
-    p.add_argument("--trt-version", default=None, metavar="X.Y.Z",
-                   help="TensorRT version in the cache header (default 8.6.2, JetPack 6)")
+    p.add_argument("--trt-version", metavar="X.Y.Z",
+                   help="TensorRT version in the cache header (default 8.6.2, JetPack 6; 10.3.0 for JetPack 6.2)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float")
     p.add_argument("--force", action="store_true", help="recalibrate even when the outputs are up to date")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.set_defaults(func=run)
 
 
+def _pick(flag: Any, recipe_value: Any) -> Any:
+    return recipe_value if flag is None else flag
+
+
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from edgert.calib.calibrate import CalibrationOptions, calibrate
+    from edgert.calib.recipe import CalibrationRecipe, load_recipe
     from edgert.calib.trt_cache import DEFAULT_TRT_VERSION
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
 
-    if args.num < 0:
-        raise ConfigError(f"--num must be >= 0, got {args.num}")
-    if args.max_drop is not None and not 0.0 <= args.max_drop < 1.0:
-        raise ConfigError(f"--max-drop must be in [0, 1), got {args.max_drop}")
-    if not 0.0 < args.percentile <= 100.0:
-        raise ConfigError(f"--percentile must be in (0, 100], got {args.percentile}")
-    config = load_config(args.config) if args.config else PipelineConfig()
+    recipe = load_recipe(args.recipe) if args.recipe else CalibrationRecipe()
+    images = _pick(args.images, recipe.images or None)
+    if not images:
+        raise ConfigError("no image folder: give --images DIR (or images: in a --recipe)")
+    num = _pick(args.num, recipe.num)
+    max_drop = _pick(args.max_drop, recipe.max_drop)
+    percentile = _pick(args.percentile, recipe.percentile)
+    if num < 0:
+        raise ConfigError(f"--num must be >= 0, got {num}")
+    if max_drop is not None and not 0.0 <= max_drop < 1.0:
+        raise ConfigError(f"--max-drop must be in [0, 1), got {max_drop}")
+    if not 0.0 < percentile <= 100.0:
+        raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")
+    pipeline = _pick(args.config, recipe.pipeline)
+    config = load_config(pipeline) if pipeline else PipelineConfig()
+    if recipe.preprocess is not None and args.config is None:
+        config = dataclasses.replace(config, preprocess=recipe.preprocess)
     options = CalibrationOptions(
-        num=args.num or None, method=args.method, percentile=args.percentile, seed=args.seed,
-        trt_version=args.trt_version or DEFAULT_TRT_VERSION, max_drop=args.max_drop,
-        check=not args.no_check, check_video=args.check_video, check_video_frames=args.check_frames,
-        exclude_nodes=tuple(args.exclude), force=args.force,
+        num=num or None, method=_pick(args.method, recipe.method), percentile=percentile,
+        seed=_pick(args.seed, recipe.seed),
+        trt_version=_pick(args.trt_version, recipe.trt_version) or DEFAULT_TRT_VERSION,
+        max_drop=max_drop, check=not args.no_check, check_video=_pick(args.check_video, recipe.check_video),
+        check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
+        force=args.force,
     )
-    report = calibrate(args.model, args.images, args.output, config, options, progress=sys.stderr.isatty())
+    report = calibrate(args.model, images, args.output, config, options, progress=sys.stderr.isatty())
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2, default=str))
     elif report.get("up_to_date"):

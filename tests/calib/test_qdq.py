@@ -144,3 +144,30 @@ def test_old_opset_is_raised_to_13_for_per_channel_scales(tmp_path: Path) -> Non
     m.opset_import[0].version = 11  # Gemm/MatMul/Relu/Sigmoid are the same in 11 and 13
     prepared = prepare_model(m)
     assert next(i.version for i in prepared.opset_import if i.domain in ("", "ai.onnx")) >= 13
+
+
+def test_a_conv_reading_a_softmax_is_decoding_not_a_layer(tmp_path: Path) -> None:
+    """YOLOv8's DFL: head conv -> reshape -> softmax over 16 bins -> 1x1 conv with weights 0..15."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (64, 3, 3, 3)).astype(np.float32), "wh"),
+        numpy_helper.from_array(np.array([1, 4, 16, 64], np.int64), "shape1"),
+        numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1), "wdfl"),
+        numpy_helper.from_array(np.array([1, 4, 64], np.int64), "shape2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wh"], ["h"], name="head", pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Reshape", ["h", "shape1"], ["r"], name="reshape"),
+        helper.make_node("Transpose", ["r"], ["t"], name="transpose", perm=[0, 2, 1, 3]),
+        helper.make_node("Softmax", ["t"], ["p"], name="softmax", axis=1),
+        helper.make_node("Conv", ["p", "wdfl"], ["d"], name="dfl"),
+        helper.make_node("Reshape", ["d", "shape2"], ["y"], name="out"),
+    ]
+    graph = helper.make_graph(nodes, "dfl", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    plan = plan_quantization(prepare_model(model))
+    assert [t.node for t in plan.targets] == ["head"]
+    assert {"softmax", "dfl", "out"} <= set(plan.tail_nodes)
