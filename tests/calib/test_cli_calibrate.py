@@ -111,3 +111,33 @@ def test_compare_reports_map_and_output_errors(tmp_path: Path) -> None:
     assert same["outputs"][0]["max_abs_error"] == 0.0
     assert same["map"]["map50_95"] in (1.0, None)
     assert_one_line_error(run_cli("compare", str(model), str(out)), "nothing to compare on")
+
+
+def test_recipe_supplies_settings_and_flags_win(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 4)
+    model = tiny_detector(tmp_path / "det.onnx")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("images: imgs\nnum: 2\nmethod: minmax\npreprocess:\n  pad_value: 0\n")
+    out = tmp_path / "det.int8.onnx"
+    r = run_cli("calibrate", str(model), "--recipe", str(recipe), "--no-check", "--json", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["images"]["used"] == 2 and report["method"] == "minmax"
+    assert report["preprocess"]["pad_value"] == 0
+    r = run_cli("calibrate", str(model), "--recipe", str(recipe), "--num", "3", "--method", "entropy",
+                "--no-check", "--json", "-o", str(out))
+    report = json.loads(r.stdout)
+    assert report["images"]["used"] == 3 and report["method"] == "entropy"
+    recipe.write_text("images: imgs\nnum: 2\nmethd: minmax\n")
+    assert_one_line_error(run_cli("calibrate", str(model), "--recipe", str(recipe), "-o", str(out)),
+                          "r.yaml:3: methd: unknown key")
+
+
+def test_shipped_recipes_load() -> None:
+    from edgert.calib.recipe import load_recipe
+    from tests.helpers import ROOT
+
+    for path in sorted((ROOT / "calibration").glob("*.yaml")):
+        recipe = load_recipe(path)
+        assert recipe.images.endswith("shared/assets/images") and recipe.num == 32
