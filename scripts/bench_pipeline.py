@@ -136,8 +136,12 @@ def main() -> int:
     p.add_argument("--queue-size", type=int, default=4, help="frames in flight (runtime.queue_size)")
     p.add_argument("--sink", action="append", default=[], help="sinks for the pipeline runs (default: none)")
     p.add_argument("--warm", type=int, default=50, help="frames before the allocation measurement starts")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="sys.setswitchinterval (seconds) for the whole run; default: Python's 0.005")
     p.add_argument("--out", default="out/bench_pipeline.json")
     args = p.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if not Path(args.model).is_file() or not Path(args.video).is_file():
         print(f"bench_pipeline: model or video not found ({args.model}, {args.video}); set EDGERT_ASSETS",
               file=sys.stderr)
@@ -145,7 +149,7 @@ def main() -> int:
 
     results: dict[str, Any] = {
         "model": args.model, "video": args.video, "frames": args.frames, "repeats": args.repeats,
-        "queue_size": args.queue_size, "sinks": args.sink,
+        "queue_size": args.queue_size, "sinks": args.sink, "switch_interval_s": sys.getswitchinterval(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor(),
                     "loadavg_start": list(os.getloadavg())},
         "settings": [],
