@@ -125,6 +125,37 @@ def measure_allocation(detector: Detector, config: PipelineConfig, sinks: list[s
     }
 
 
+def ort_spinning_check(model: str, frames: int) -> list[dict[str, Any]]:
+    """Raw ONNX Runtime (not edgert's session): intra-op threads x spin-waiting on/off, bare FPS and CPU/frame.
+
+    ONNX Runtime's intra-op workers spin-wait between operators by default. On a small CPU that also runs
+    the pipeline's threads (and anything else), the spinning burns the cycles the other work needs.
+    """
+    import onnxruntime as ort
+
+    rows = []
+    for threads in (1, 2):
+        for spin in (True, False):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = threads
+            so.log_severity_level = 3
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+            spec = sess.get_inputs()[0]
+            x = np.random.default_rng(0).random([d if isinstance(d, int) else 1 for d in spec.shape], np.float32)
+            for _ in range(3):
+                sess.run(None, {spec.name: x})
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(frames):
+                sess.run(None, {spec.name: x})
+            rows.append({"threads": threads, "spinning": spin,
+                         "fps": round(frames / (time.perf_counter() - wall), 2),
+                         "cpu_ms_per_frame": round((time.process_time() - cpu) * 1000 / frames, 2)})
+            print(f"raw onnxruntime threads={threads} spinning={spin}: {rows[-1]['fps']} fps, "
+                  f"{rows[-1]['cpu_ms_per_frame']} CPU ms/frame", flush=True)
+    return rows
+
+
 def main() -> int:
     assets = assets_dir()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -138,6 +169,8 @@ def main() -> int:
     p.add_argument("--warm", type=int, default=50, help="frames before the allocation measurement starts")
     p.add_argument("--switch-interval", type=float, default=None,
                    help="sys.setswitchinterval (seconds) for the whole run; default: Python's 0.005")
+    p.add_argument("--ort-spinning", action="store_true",
+                   help="also measure raw ONNX Runtime with intra-op spin-waiting on and off")
     p.add_argument("--out", default="out/bench_pipeline.json")
     args = p.parse_args()
     if args.switch_interval is not None:
@@ -201,6 +234,8 @@ def main() -> int:
                 results["allocation"] = measure_allocation(detector, config, args.sink, args.warm)
                 results["allocation"]["threads"] = threads
 
+    if args.ort_spinning:
+        results["ort_spinning"] = ort_spinning_check(args.model, min(args.frames, 60))
     assert best is not None
     results["best"] = {"threads": best["threads"], "pipeline_fps": best["pipeline_fps_median"],
                        "bare_fps": best["bare_fps_median"], "ratio": best["ratio_median"]}
