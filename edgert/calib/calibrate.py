@@ -53,10 +53,11 @@ class CalibrationOptions:
     trt_version: str = DEFAULT_TRT_VERSION
     cache_algorithm: str = "EntropyCalibration2"
     max_drop: float | None = None  # mixed precision until mAP >= 1 - max_drop (None: no sensitivity pass)
+    max_float: float = 0.5  # at most this fraction of the quantized layers goes back to float
     check: bool = True  # measure accuracy against FP32 after calibrating
     check_frames: int = CHECK_FRAMES
     check_video: str | None = None  # also check (and run the sensitivity pass) on frames of this video
-    check_video_frames: int = 20
+    check_video_frames: int = 40
     budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
     threads: int = 0
     exclude_nodes: tuple[str, ...] = ()
@@ -101,7 +102,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
     fields = {
         "preprocess": dataclasses.asdict(config.preprocess), "method": opts.method, "percentile": opts.percentile,
         "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [opts.trt_version, opts.cache_algorithm],
-        "max_drop": opts.max_drop, "check": [opts.check_frames, opts.check_video, opts.check_video_frames],
+        "max_drop": [opts.max_drop, opts.max_float],
+        "check": [opts.check_frames, opts.check_video, opts.check_video_frames],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -189,7 +191,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         value = (accuracy.get("map") or {}).get("map50_95")
         if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
             t0 = time.perf_counter()
-            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, progress)
+            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress)
             float_layers = sens.float_layers
             sensitivity = sens.to_dict()
             qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta)
@@ -256,7 +258,8 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
     if video:
         from edgert.calib.comparison import video_frames
 
-        extra = [f for _, f in video_frames(video, video_count)]
+        # halfway between the frames `edgert compare --video` takes: a check set disjoint from that one
+        extra = [f for _, f in video_frames(video, video_count, offset=0.5)]
         frames += extra
         where += f" + {len(extra)} frames of {Path(video).name}"
     return frames, where
@@ -275,12 +278,13 @@ def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarra
 
 
 def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
-                 frames: list[np.ndarray], config: PipelineConfig, max_drop: float, progress: bool) -> Any:
+                 frames: list[np.ndarray], config: PipelineConfig, max_drop: float, max_float: float,
+                 progress: bool) -> Any:
     from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
     from edgert.calib.sensitivity import find_float_layers
 
     reference = detections_on(model, frames, config)
     cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
-    return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, progress=progress,
-                             log_fn=log.info)
+    return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, max_float=max_float,
+                             progress=progress, log_fn=log.info)
 

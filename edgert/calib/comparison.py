@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 PRED_CONF = 0.001
 
 
-def video_frames(path: str | Path, count: int) -> Iterator[tuple[str, np.ndarray]]:
-    """``count`` frames spread evenly over the video (every k-th frame, k = frames // count)."""
+def video_frames(path: str | Path, count: int, offset: float = 0.0) -> Iterator[tuple[str, np.ndarray]]:
+    """``count`` frames spread evenly over the video: every k-th frame (k = frames // count), starting at
+    frame ``offset * k`` (0.5: the frames halfway between those of offset 0, a disjoint set)."""
     from edgert.errors import SourceError
     from edgert.vision.sources import VideoFileSource
 
@@ -45,12 +46,13 @@ def video_frames(path: str | Path, count: int) -> Iterator[tuple[str, np.ndarray
     try:
         total = src._frame_count or count
         step = max(1, total // max(count, 1))
+        first = int(offset * step) % step
         index = given = 0
         while given < count:
             frame = src.read()
             if frame is None:
                 break
-            if index % step == 0:
+            if index % step == first:
                 given += 1
                 yield f"{Path(path).name}#{index}", frame
             index += 1

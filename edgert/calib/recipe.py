@@ -36,7 +36,7 @@ class CalibrationRecipe:
     preprocess: PreprocessConfig | None = None  # or the preprocess section inline
     max_drop: float | None = None
     check_video: str | None = None
-    check_frames: int = 20
+    check_frames: int = 40
     trt_version: str | None = None
 
     def __post_init__(self) -> None:

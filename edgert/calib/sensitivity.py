@@ -78,7 +78,7 @@ def _steps(limit: int) -> list[int]:
 def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, float],
                       frames: Sequence[np.ndarray], config: PipelineConfig,
                       reference: tuple[list[Detections], list[dict[str, np.ndarray]]],
-                      max_drop: float, score_frames: int = 4, max_float: float = 0.25,
+                      max_drop: float, score_frames: int = 4, max_float: float = 0.5,
                       progress: bool = False, log_fn: Callable[[str], None] | None = None) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` (see the module docstring)."""
     from tqdm import tqdm

@@ -35,8 +35,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
     p.add_argument("--max-drop", type=float, metavar="D",
                    help="mixed precision: keep the most sensitive layers float until mAP vs FP32 >= 1-D")
+    p.add_argument("--max-float", type=float, default=0.5, metavar="F",
+                   help="with --max-drop: at most this fraction of the layers goes back to float (default 0.5)")
     p.add_argument("--check-video", metavar="PATH", help="also check accuracy (and --max-drop) on frames of a video")
-    p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 20)")
+    p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 40)")
     p.add_argument("--no-check", action="store_true", help="skip the accuracy check against FP32")
     p.add_argument("--trt-version", metavar="X.Y.Z",
                    help="TensorRT version in the cache header (default 8.6.2, JetPack 6; 10.3.0 for JetPack 6.2)")
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         num=num or None, method=_pick(args.method, recipe.method), percentile=percentile,
         seed=_pick(args.seed, recipe.seed),
         trt_version=_pick(args.trt_version, recipe.trt_version) or DEFAULT_TRT_VERSION,
-        max_drop=max_drop, check=not args.no_check, check_video=_pick(args.check_video, recipe.check_video),
+        max_drop=max_drop, max_float=args.max_float, check=not args.no_check,
+        check_video=_pick(args.check_video, recipe.check_video),
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
         force=args.force,
     )
