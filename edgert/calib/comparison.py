@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from edgert.calib.accuracy import MapResult, OutputErrors, detection_map, output_errors
+from edgert._lazy import lazy_import
+from edgert.calib.accuracy import OutputErrors, detection_map, output_errors
 from edgert.calib.dataset import CalibrationImages
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError
 from edgert.vision.detections import Detections
 
-__all__ = ["compare_detectors", "evaluation_frames", "video_frames"]
+__all__ = ["PRED_CONF", "compare_detectors", "detections_on", "evaluation_frames", "video_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def video_frames(path: str | Path, count: int, offset: float = 0.0) -> Iterator[
     except SourceError as exc:
         raise CalibrationError(str(exc)) from exc
     try:
-        total = src._frame_count or count
+        total = _frame_count(path) or count
         step = max(1, total // max(count, 1))
         first = int(offset * step) % step
         index = given = 0
@@ -58,6 +59,15 @@ def video_frames(path: str | Path, count: int, offset: float = 0.0) -> Iterator[
             index += 1
     finally:
         src.close()
+
+
+def _frame_count(path: str | Path) -> int:
+    cv2 = lazy_import("cv2", "reading video frames")
+    cap = cv2.VideoCapture(str(path))
+    try:
+        return int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+    finally:
+        cap.release()
 
 
 def evaluation_frames(images: str | Path | None = None, video: str | Path | None = None, video_count: int = 50,
@@ -136,6 +146,3 @@ def detections_on(model: str | Path, frames: Sequence[np.ndarray], config: Pipel
             outs.append({k: v.copy() for k, v in det.session.outputs.items()})
     return dets, outs
 
-
-def map_against(reference: Sequence[Detections], candidate: Sequence[Detections]) -> MapResult:
-    return detection_map(reference, candidate)

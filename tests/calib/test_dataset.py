@@ -78,3 +78,23 @@ def test_empty_or_missing_folders_are_one_line_errors(tmp_path: Path) -> None:
     (only_bad / "x.jpg").write_bytes(b"\xff\xd8garbage")
     with pytest.raises(CalibrationError, match="could be read"):
         list(CalibrationImages(only_bad))
+
+
+def test_video_frames_are_spread_and_offset_sets_are_disjoint(tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+
+    from edgert.calib.comparison import evaluation_frames, video_frames
+
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    for i in range(40):
+        writer.write(np.full((48, 64, 3), i * 6, np.uint8))
+    writer.release()
+    first = [label for label, _ in video_frames(path, 5)]
+    assert first == [f"clip.avi#{i}" for i in (0, 8, 16, 24, 32)]
+    half = [label for label, _ in video_frames(path, 5, offset=0.5)]
+    assert half == [f"clip.avi#{i}" for i in (4, 12, 20, 28, 36)]
+    write_images(tmp_path / "imgs", 2)
+    labels = [label for label, _ in evaluation_frames(tmp_path / "imgs", path, 3)]
+    assert len(labels) == 5 and labels[2].startswith("clip.avi#")
