@@ -171,3 +171,18 @@ def test_a_conv_reading_a_softmax_is_decoding_not_a_layer(tmp_path: Path) -> Non
     plan = plan_quantization(prepare_model(model))
     assert [t.node for t in plan.targets] == ["head"]
     assert {"softmax", "dfl", "out"} <= set(plan.tail_nodes)
+
+
+def test_collecting_in_chunks_of_tensors_gives_the_same_histograms(tmp_path: Path) -> None:
+    model = prepare_model(onnx.load(str(tiny_detector(tmp_path / "d.onnx"))))
+    plan = plan_quantization(model)
+    tensors = [t for t in plan.activation_tensors if t not in plan.tail_tensors]
+    whole = ActivationCollector(model, tensors)
+    chunked = ActivationCollector(model, tensors, budget_mb=0.004)  # ~4 KiB per run: one tensor at a time
+    assert len(whole.chunks) == 1 and len(chunked.chunks) == len(tensors)
+    for x in _inputs(3):
+        whole.update(x)
+        chunked.update(x)
+    for name in tensors:
+        assert np.array_equal(whole.histograms[name].counts, chunked.histograms[name].counts)
+        assert whole.histograms[name].range == chunked.histograms[name].range
