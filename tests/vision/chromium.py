@@ -68,7 +68,11 @@ class Browser:
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read_loop, daemon=True)
         self._reader.start()
-        self.session = self._attach()
+        try:
+            self.session = self._attach()
+        except BaseException:
+            self.close()  # never leave a browser behind
+            raise
 
     def _read_loop(self) -> None:
         buffer = b""
