@@ -223,3 +223,33 @@ def test_killed_process_leaves_only_whole_jsonl_lines(media: dict[str, Path], tm
     assert text.endswith("\n")
     frames = [json.loads(line)["frame"] for line in text.splitlines()]
     assert frames == list(range(len(frames))) and len(frames) > 10
+
+
+def test_metrics_flag_serves_prometheus_while_running(media: dict[str, Path]) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:  # a free port (released just before edgert binds it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.cli.main", "run", "--model", str(media["model"]), "--source",
+         str(media["video"]), "--loop", "--metrics", f"127.0.0.1:{port}", "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        text, deadline = "", time.monotonic() + 60
+        while time.monotonic() < deadline and "\nedgert_ready 1" not in text:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "\nedgert_ready 1" in text and "\nedgert_frames_total" in text, text
+    assert proc.returncode == 0 and json.loads(out)["frames"] > 0, err
