@@ -156,6 +156,53 @@ def ort_spinning_check(model: str, frames: int) -> list[dict[str, Any]]:
     return rows
 
 
+def trivial_detector(path: Path, size: int = 416, classes: int = 80) -> Path:
+    """A detector that costs almost nothing (average pool + 1x1 conv), YOLOv8 layout [1,4+C,N]: with it
+    the pipeline runs as fast as capture, preprocessing and postprocessing allow."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ch, cells = 4 + classes, (size // 32) ** 2
+    bias = np.zeros(ch, np.float32)
+    bias[:5] = (size / 2, size / 2, size / 4, size / 4, 0.9)  # one box, class 0, everywhere
+    graph = helper.make_graph(
+        [helper.make_node("AveragePool", ["images"], ["p"], kernel_shape=[32, 32], strides=[32, 32]),
+         helper.make_node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[1, 1]),
+         helper.make_node("Reshape", ["c", "shape"], ["output0"])],
+        "trivial",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, ch, cells])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [ch, 3, 1, 1], np.zeros(ch * 3, np.float32)),
+         helper.make_tensor("b", TensorProto.FLOAT, [ch], bias),
+         helper.make_tensor("shape", TensorProto.INT64, [3], np.array([1, ch, cells], np.int64))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def overhead_run(video: str, frames: int, queue_size: int, sinks: list[str]) -> dict[str, Any]:
+    """The pipeline with a near-free engine: the most frames per second it can feed an engine here."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = trivial_detector(Path(tmp) / "trivial.onnx")
+        config = PipelineConfig(model=ModelConfig(path=str(model), threads=1), source=SourceConfig(uri=video),
+                                runtime=RuntimeConfig(max_frames=frames, queue_size=queue_size))
+        with Detector(str(model), config) as detector:
+            bare, _ = bare_fps(detector, preprocessed_frames(detector, video, 16), frames)
+            summary = pipeline_run(detector, config, sinks)
+    out = {"engine_alone_fps": round(bare, 1), "pipeline_fps": summary["fps"],
+           "cpu_ms_per_frame": round(summary["cpu_ms_per_frame"], 2), "drops": summary["drops"],
+           "stage_p50_ms": {k: v["p50"] for k, v in summary["latency_ms"].items()}}
+    print(f"overhead (near-free engine, {frames} frames): engine alone {out['engine_alone_fps']} fps, pipeline "
+          f"{out['pipeline_fps']} fps, {out['cpu_ms_per_frame']} CPU ms/frame, drops {out['drops']}; "
+          f"stage p50 ms {out['stage_p50_ms']}",
+          flush=True)
+    return out
+
+
 def main() -> int:
     assets = assets_dir()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,6 +218,8 @@ def main() -> int:
                    help="sys.setswitchinterval (seconds) for the whole run; default: Python's 0.005")
     p.add_argument("--ort-spinning", action="store_true",
                    help="also measure raw ONNX Runtime with intra-op spin-waiting on and off")
+    p.add_argument("--overhead", action="store_true",
+                   help="also run the pipeline with a near-free model: how fast it can feed any engine here")
     p.add_argument("--out", default="out/bench_pipeline.json")
     args = p.parse_args()
     if args.switch_interval is not None:
@@ -234,6 +283,8 @@ def main() -> int:
                 results["allocation"] = measure_allocation(detector, config, args.sink, args.warm)
                 results["allocation"]["threads"] = threads
 
+    if args.overhead:
+        results["overhead"] = overhead_run(args.video, 795, args.queue_size, args.sink)
     if args.ort_spinning:
         results["ort_spinning"] = ort_spinning_check(args.model, min(args.frames, 60))
     assert best is not None
