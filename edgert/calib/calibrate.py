@@ -175,7 +175,6 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     qdq = write_qdq(prepared, plan, amax, metadata=meta)
     _save(qdq, paths["onnx"])
     cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
-    write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, opts.trt_version, opts.cache_algorithm)
 
     accuracy: dict[str, Any] | None = None
     sensitivity: dict[str, Any] | None = None
@@ -200,7 +199,15 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
             accuracy["frames_from"] = frames_from
             t_sens = time.perf_counter() - t0
 
-    quantized = [t for t in plan.quantized_tensors]
+    kept_float = set(float_layers) | set(opts.exclude_nodes)
+    if kept_float:
+        # Implicit INT8 keeps a layer out of INT8 when a tensor it produces has no scale ("expect fall
+        # back to non-int8 implementation for any layer consuming or producing given tensor").
+        produced = {t for n in prepared.graph.node if n.name in kept_float for t in n.output}
+        cache_tensors = [t for t in cache_tensors if t not in produced]
+    write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, opts.trt_version, opts.cache_algorithm)
+
+    quantized = list(plan.quantized_tensors)
     if float_layers:
         kept = {t.node for t in plan.targets} - set(float_layers)
         quantized = sorted({a for t in plan.targets if t.node in kept for a in t.activations})

@@ -55,6 +55,19 @@ def test_calibrate_writes_qdq_cache_and_report_and_counts_skips(tmp_path: Path, 
     assert {row["tensor"] for row in report["tensors"] if row["role"] == "qdq"} == {"images", "pooled", "r2"}
 
 
+def test_excluded_layers_stay_float_in_the_model_and_the_cache(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 3)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--exclude", "conv2", "--no-check", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    conv2 = next(n for n in onnx.load(str(out)).graph.node if n.name == "conv2")
+    assert list(conv2.input) == ["r1", "w2", "b2"]
+    _, _, scales = read_cache(tmp_path / "det.int8.calib")
+    assert "c1" in scales and "c2" not in scales  # no scale for its output: TensorRT keeps it out of INT8
+
+
 def test_outputs_are_reused_when_up_to_date_and_rebuilt_when_stale(tmp_path: Path) -> None:
     folder = tmp_path / "imgs"
     paths = write_images(folder, 3)
