@@ -40,5 +40,8 @@ class BaseObserver:
     def on_frame(self, stats: PipelineStats) -> None:
         pass
 
+    def on_stop_requested(self, reason: str) -> None:
+        """Optional: a stop was asked for (SIGTERM, max frames); frames in flight still finish."""
+
     def on_stop(self, summary: dict[str, Any]) -> None:
         pass

@@ -114,6 +114,14 @@ class Pipeline:
             self._stop.set()
             if self._source is not None:
                 self._source.stop()
+            # Observers that care hear it now, before the flush (systemd wants STOPPING=1 at SIGTERM).
+            for observer in list(self.observers):
+                hook = getattr(observer, "on_stop_requested", None)
+                if hook is not None:
+                    try:
+                        hook(reason)
+                    except Exception:  # an observer must never break stopping
+                        log.warning("observer %r failed on stop request", observer, exc_info=True)
 
     def abort(self, reason: str = "aborted") -> None:
         """Stop now, dropping frames in flight."""

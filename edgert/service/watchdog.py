@@ -101,7 +101,8 @@ class SystemdObserver:
         """
         if not self._stopping:
             self._stopping = True
-            self.notifier.stopping(status="stopping: flushing sinks")
+            why = f" ({reason})" if reason else ""
+            self.notifier.stopping(status=f"stopping{why}: flushing sinks")
 
     def on_stop(self, summary: Any) -> None:
         frames = _field(summary, "frames")

@@ -100,6 +100,8 @@ def test_ready_watchdog_status_then_stopping_on_sigterm(tmp_path: Path, launch, 
     assert "Traceback" not in stderr
     stopping = path_receiver.wait_for("STOPPING", timeout=5)
     assert stopping[0][0] >= sent_term
+    # STOPPING=1 goes out when the stop is requested, before the sinks flush (not after, from on_stop).
+    assert stopping[0][1].get("STATUS", "").startswith("stopping (SIGTERM)"), stopping
     # Pings follow the pipeline's progress, rate-limited: never closer than half the period.
     # (receipt times, so allow for scheduling jitter; per-frame pings would come milliseconds apart)
     times = [t for t, _ in path_receiver.with_key("WATCHDOG")]
