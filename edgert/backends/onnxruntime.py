@@ -47,12 +47,15 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, shape, ort_dtype(arg.type))
 
 
-def load_ort_session(path: Path, providers: list[Any], threads: int = 0) -> Any:
+def load_ort_session(path: Path, providers: list[Any], threads: int = 0, spin_wait: bool = False) -> Any:
     """An ``InferenceSession`` with edgert's options; ONNX Runtime's errors become one-line ModelErrors."""
     ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
+    if not spin_wait:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     # ONNX Runtime prints its own [E:onnxruntime...] lines otherwise; its errors still raise, and edgert reports
     # them once, in one line.
     so.log_severity_level = 4
@@ -67,7 +70,7 @@ class OnnxRuntimeSession(Session):
     backend_name = "onnxruntime"
 
     def __init__(self, path: Path, options: SessionOptions, providers: list[Any] | None = None) -> None:
-        self._sess = load_ort_session(path, providers or ["CPUExecutionProvider"], options.threads)
+        self._sess = load_ort_session(path, providers or ["CPUExecutionProvider"], options.threads, options.spin_wait)
         super().__init__([_spec(a) for a in self._sess.get_inputs()], [_spec(a) for a in self._sess.get_outputs()])
         self.metadata = dict(self._sess.get_modelmeta().custom_metadata_map or {})
         for spec in self.input_specs:
