@@ -55,7 +55,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run detection on the GPU pipeline (needs a GPU backend: onnxruntime-cuda by default)")
     g.add_argument("--memory", choices=["auto", "pinned", "zero-copy"], default="auto",
                    help="frame/result memory: zero-copy (mapped, Jetson) or pinned copies; auto picks by device")
-    g.add_argument("--slots", type=int, default=2, metavar="N", help="sessions in flight, each with its own stream")
+    g.add_argument("--slots", type=int, default=3, metavar="N", help="sessions in flight, each with its own stream")
     g.add_argument("--cuda-graph", action="store_true", help="replay the model as a CUDA graph (ORT enable_cuda_graph)")
     g.add_argument("--preload", action="store_true",
                    help="decode the whole source into memory before timing (benchmarks: excludes video decoding)")

@@ -88,7 +88,10 @@ class GpuPipelineOptions:
     """How the GPU pipeline runs (see the module doc)."""
 
     memory: Literal["auto", "pinned", "zero-copy"] = "auto"
-    slots: int = 2  # sessions in flight, each with its own stream, buffers and thread
+    # Sessions in flight, each with its own stream, buffers and thread. 3, not 2: ORT's CUDA provider is bound by
+    # its CPU-side launches on small models, and on the H200 two slots measured 0.89-1.17x compute-only FPS
+    # across machines while three measured 1.12-1.58x (docs/gpu-pipeline.md).
+    slots: int = 3
     gpu_decode: bool = True  # confidence filter on the GPU (yolov8 / yolov5 float32 outputs)
     candidates: int = 1024  # rows of the GPU candidate buffer; more candidates: host decode for that frame
     backend: str = "onnxruntime-cuda"
