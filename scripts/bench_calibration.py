@@ -228,6 +228,18 @@ def main() -> int:
         path.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
     with tempfile.TemporaryDirectory(prefix="edgert-bench-") as tmp:
+        available = sum(1 for p in args.images.iterdir() if p.is_file())
+        big_folder: Path | None = None
+
+        def folder_for(count: int) -> Path:
+            """The asset folder, or the augmented one when it has fewer images than asked for."""
+            nonlocal big_folder
+            if count <= available:
+                return args.images
+            if big_folder is None:
+                big_folder = augmented_folder(args.images, Path(tmp) / "aug", max(args.big, count))
+            return big_folder
+
         if "accuracy" in args.only:
             acc = results.setdefault("accuracy", {})
             for name in args.models:
@@ -257,7 +269,7 @@ def main() -> int:
                     save()
         if "memory" in args.only:
             mem = results.setdefault("memory", {})
-            big = augmented_folder(args.images, Path(tmp) / "aug", args.big)
+            big = folder_for(args.big)
             mem["augmentation"] = f"{args.big} images from {args.images} by flip/crop/brightness, seeded per image"
             for name in args.memory_models:
                 for count, folder in ((args.num, args.images), (args.big, big)):
@@ -273,7 +285,7 @@ def main() -> int:
                 for count in args.ort_images:
                     for method in ("entropy", "minmax"):
                         out = Path(tmp) / f"{name}.ort.{method}.{count}.onnx"
-                        q = ort_quantize(MODELS[name], args.images, count, method, out)
+                        q = ort_quantize(MODELS[name], folder_for(count), count, method, out)
                         entry: dict[str, Any] = {k: q.get(k) for k in ("rc", "wall_s", "peak_rss_mb", "quantize_s")}
                         if q.get("rc") != 0:
                             entry["error"] = (q.get("stderr") or q.get("error") or "")[-600:]
@@ -282,6 +294,7 @@ def main() -> int:
                             used = args.out / f"{name}.entropy.report.json"
                             cmp = compare(MODELS[name], out, args.images, args.video, args.frames,
                                           used if count == args.num and used.exists() else None)
+                            entry["calibration_folder"] = str(folder_for(count))
                             entry["compare"] = {k: cmp.get(k) for k in ("map50_95", "map50", "strict_map50_95",
                                                                        "frames")}
                             if "rtx" in args.only:
