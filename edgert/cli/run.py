@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from edgert.pipeline.observer import BaseObserver
+
 log = logging.getLogger(__name__)
 
 SPEECH_TASKS = ("vad", "wakeword", "asr")
@@ -113,7 +115,7 @@ def _optional(module: str) -> Any:
     return importlib.import_module(module)
 
 
-class _PowerWatts:
+class _PowerWatts(BaseObserver):
     """Fills ``PipelineStats.watts`` from a power sampler (the budget controller's, or one of our own).
 
     Reads the sampler's one-second moving average every few frames, from the pipeline's progress.
@@ -124,9 +126,6 @@ class _PowerWatts:
         self.rail = rail
         self.count_frames = count_frames
 
-    def on_start(self, info: dict[str, Any]) -> None:
-        pass
-
     def on_frame(self, stats: Any) -> None:
         if self.count_frames:
             self.sampler.frame_done()
@@ -134,9 +133,6 @@ class _PowerWatts:
             watts = self.sampler.moving_average(1.0, self.rail)
             if watts is not None:
                 stats.watts = float(watts)
-
-    def on_stop(self, summary: dict[str, Any]) -> None:
-        pass
 
 
 class _PowerHooks:
@@ -252,7 +248,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class _Progress:
+class _Progress(BaseObserver):
     """A tqdm bar on stderr (only when stderr is a terminal), fed from the pipeline's progress."""
 
     def __init__(self, total: int | None) -> None:
@@ -260,9 +256,6 @@ class _Progress:
 
         self._bar = tqdm(total=total, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False)
         self._last = 0
-
-    def on_start(self, info: dict[str, Any]) -> None:
-        pass
 
     def on_frame(self, stats: Any) -> None:
         if stats.frames - self._last >= 10:
