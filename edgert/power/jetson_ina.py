@@ -190,17 +190,9 @@ class JetsonInaMeter(PowerMeter):
                 f"{sysroot() / 'sys/bus/i2c/drivers'} (ina3221, ina238, ina3221x)"
             )
         self._rails = tuple(ch.rail for ch in self.channels)
-        self._total_rails: tuple[str, ...] = total_rails_for(self._rails)
+        self._total_rails = total_rails_for(self._rails)
         self._energy0: dict[str, float] = {}
         self.read()  # unreadable files (permissions, a driver in a bad state) fail here, not mid-run
-
-    @property
-    def rails(self) -> tuple[str, ...]:
-        return self._rails
-
-    @property
-    def total_rails(self) -> tuple[str, ...]:
-        return self._total_rails
 
     @property
     def description(self) -> str:

@@ -47,6 +47,9 @@ class PowerMeter(abc.ABC):
 
     #: short name shown to users and accepted by ``open_meter`` ("ina", "tegrastats", "nvml", ...)
     kind: str = "?"
+    #: what a meter found when it opened: rail names, and those whose sum is the whole board (None: all)
+    _rails: tuple[str, ...] = ()
+    _total_rails: tuple[str, ...] | None = None
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or Clock()
@@ -57,14 +60,14 @@ class PowerMeter(abc.ABC):
         return True
 
     @property
-    @abc.abstractmethod
     def rails(self) -> tuple[str, ...]:
         """Rail names, in the order the hardware lists them."""
+        return self._rails
 
     @property
     def total_rails(self) -> tuple[str, ...]:
         """The rails whose sum is the whole-board power (default: all of them)."""
-        return self.rails
+        return self.rails if self._total_rails is None else self._total_rails
 
     @property
     def description(self) -> str:

@@ -80,10 +80,6 @@ class NvmlMeter(PowerMeter):
         self._rails = tuple(self._handles)
 
     @property
-    def rails(self) -> tuple[str, ...]:
-        return self._rails
-
-    @property
     def has_energy_counter(self) -> bool:
         return all(self._energy_ok.values())
 

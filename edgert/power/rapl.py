@@ -94,15 +94,7 @@ class RaplMeter(PowerMeter):
             self._last_watts[z.rail] = 0.0
         self._rails = tuple(z.rail for z in self.zones)
         packages = tuple(z.rail for z in self.zones if z.top_level and z.rail.startswith("package"))
-        self._total_rails: tuple[str, ...] = packages or tuple(z.rail for z in self.zones if z.top_level) or self._rails
-
-    @property
-    def rails(self) -> tuple[str, ...]:
-        return self._rails
-
-    @property
-    def total_rails(self) -> tuple[str, ...]:
-        return self._total_rails
+        self._total_rails = packages or tuple(z.rail for z in self.zones if z.top_level) or self._rails
 
     @property
     def description(self) -> str:

@@ -114,8 +114,8 @@ class TegrastatsMeter(PowerMeter):
             self.close()
             why = f": {err}" if err else f" within {first_line_timeout_s:g} s"
             raise PowerError(f"tegrastats printed no power rails{why}")
-        self._rails: tuple[str, ...] = tuple(latest[1])
-        self._total_rails: tuple[str, ...] = total_rails_for(self._rails)
+        self._rails = tuple(latest[1])
+        self._total_rails = total_rails_for(self._rails)
 
     def _pump(self) -> None:
         stdout = self._proc.stdout
@@ -139,14 +139,6 @@ class TegrastatsMeter(PowerMeter):
         except (OSError, ValueError):
             return ""
         return lines[-1][:200] if lines else ""
-
-    @property
-    def rails(self) -> tuple[str, ...]:
-        return self._rails
-
-    @property
-    def total_rails(self) -> tuple[str, ...]:
-        return self._total_rails
 
     @property
     def description(self) -> str:
