@@ -172,8 +172,8 @@ def _probe_cuda() -> dict[str, Any]:
             m = re.search(r"release ([\d.]+)", text)
             if m:
                 return {"version": m.group(1), "source": "nvcc"}
-        except (OSError, subprocess.SubprocessError):
-            pass
+        except (OSError, subprocess.SubprocessError):  # a broken nvcc means "not found", like no nvcc
+            log.debug("nvcc --version failed", exc_info=True)
     return {"version": None}
 
 

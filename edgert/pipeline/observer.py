@@ -35,13 +35,13 @@ class BaseObserver:
     """An observer that does nothing: subclass it and override what you need."""
 
     def on_start(self, info: dict[str, Any]) -> None:
-        pass
+        """The model is loaded and the first frame is through."""
 
     def on_frame(self, stats: PipelineStats) -> None:
-        pass
+        """A frame has completed (called from the pipeline's progress, never from a timer)."""
 
     def on_stop_requested(self, reason: str) -> None:
         """Optional: a stop was asked for (SIGTERM, max frames); frames in flight still finish."""
 
     def on_stop(self, summary: dict[str, Any]) -> None:
-        pass
+        """The run has ended and the sinks are flushed."""

@@ -440,7 +440,7 @@ class MicSource(AudioSource):
 
 
 class _NoSoundDevice(EdgertError):
-    pass
+    """sounddevice is missing or sees no device: fall back to arecord."""
 
 
 def open_audio(uri: str, chunk_samples: int = 512) -> AudioSource:

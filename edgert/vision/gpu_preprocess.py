@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from edgert.errors import InputError
-from edgert.vision.preprocess import LetterboxTransform, Preprocessor, letterbox_geometry
+from edgert.vision.preprocess import LetterboxTransform, Preprocessor, letterbox_placement
 
 __all__ = [
     "GpuLetterbox",
@@ -136,16 +136,7 @@ class LetterboxPlan:
 
     def geometry(self, src_h: int, src_w: int) -> tuple[int, int, int, int, LetterboxTransform]:
         """``(new_h, new_w, top, left, transform)``: as the CPU Preprocessor places a frame of this size."""
-        new_h, new_w, top, left = letterbox_geometry(src_h, src_w, self.height, self.width, self.letterbox)
-        transform = LetterboxTransform(
-            scale_x=new_w / src_w,
-            scale_y=new_h / src_h,
-            pad_x=float(left),
-            pad_y=float(top),
-            src_width=src_w,
-            src_height=src_h,
-        )
-        return new_h, new_w, top, left, transform
+        return letterbox_placement(src_h, src_w, self.height, self.width, self.letterbox)
 
 
 def emulate_letterbox(frame_bgr: np.ndarray, plan: LetterboxPlan) -> np.ndarray:

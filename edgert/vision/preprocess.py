@@ -25,7 +25,7 @@ from edgert.config import PreprocessConfig
 from edgert.errors import ConfigError, InputError, ModelError
 from edgert.types import TensorSpec
 
-__all__ = ["LetterboxTransform", "Preprocessor", "letterbox_geometry", "model_image_size"]
+__all__ = ["LetterboxTransform", "Preprocessor", "letterbox_geometry", "letterbox_placement", "model_image_size"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,22 @@ def letterbox_geometry(
     return new_h, new_w, (dst_h - new_h) // 2, (dst_w - new_w) // 2
 
 
+def letterbox_placement(
+    src_h: int, src_w: int, dst_h: int, dst_w: int, letterbox: bool = True
+) -> tuple[int, int, int, int, LetterboxTransform]:
+    """:func:`letterbox_geometry` plus the transform that maps boxes back; the CPU and GPU paths share it."""
+    new_h, new_w, top, left = letterbox_geometry(src_h, src_w, dst_h, dst_w, letterbox)
+    transform = LetterboxTransform(
+        scale_x=new_w / src_w,
+        scale_y=new_h / src_h,
+        pad_x=float(left),
+        pad_y=float(top),
+        src_width=src_w,
+        src_height=src_h,
+    )
+    return new_h, new_w, top, left, transform
+
+
 def model_image_size(metadata: Mapping[str, str] | None) -> tuple[int, int] | None:
     """``(height, width)`` from Ultralytics metadata ``imgsz`` ("[640, 640]" or "640"), if present."""
     raw = (metadata or {}).get("imgsz")
@@ -128,21 +144,13 @@ class _Geometry:
     """Scratch buffers and the transform for one source frame size."""
 
     def __init__(self, src_h: int, src_w: int, dst_h: int, dst_w: int, letterbox: bool) -> None:
-        new_h, new_w, top, left = letterbox_geometry(src_h, src_w, dst_h, dst_w, letterbox)
+        new_h, new_w, top, left, self.transform = letterbox_placement(src_h, src_w, dst_h, dst_w, letterbox)
         self.src = (src_h, src_w)
         self.new = (new_h, new_w)
         self.full = (new_h, new_w) == (dst_h, dst_w)
         self.region = (slice(top, top + new_h), slice(left, left + new_w))
         # resize straight into the canvas when the frame fills it; else into a scratch of the inner size
         self.resized: np.ndarray | None = None if self.full else np.empty((new_h, new_w, 3), np.uint8)
-        self.transform = LetterboxTransform(
-            scale_x=new_w / src_w,
-            scale_y=new_h / src_h,
-            pad_x=float(left),
-            pad_y=float(top),
-            src_width=src_w,
-            src_height=src_h,
-        )
 
 
 class Preprocessor:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -164,5 +165,15 @@ def test_real_arecord_on_the_alsa_null_device() -> None:
             got.append(chunk)
             if len(got) == 5:
                 break
-    assert [c.start for c in got] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+        overruns = src.overruns
+    starts = [c.start for c in got]
     assert all(len(c.samples) == 1600 and c.samples.dtype == np.float32 for c in got)
+    # Timestamps count captured samples: chunk-aligned, increasing, and contiguous unless chunks were dropped
+    # (a loaded machine can fall behind the device; each dropped chunk is counted as an overrun).
+    assert starts[0] == pytest.approx(0.0)
+    assert all(abs(t * 10 - round(t * 10)) < 1e-6 for t in starts)
+    assert all(b > a for a, b in itertools.pairwise(starts))
+    # overruns may also count chunks dropped after the fifth was taken, before close
+    assert 0.4 - 1e-6 <= starts[-1] <= 0.4 + 0.1 * overruns + 1e-6
+    if overruns == 0:
+        assert starts == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
