@@ -38,6 +38,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: Upper bounds on counts that allocate per unit (frame buffers, sessions).
+MAX_QUEUE_SIZE = 64
+MAX_SLOTS = 16
+
 
 class FieldError(ValueError):
     """Raised by a config's ``__post_init__`` to blame one of its fields."""
@@ -114,6 +118,7 @@ class SourceConfig:
     loop: bool = False
     sensor_mode: int | None = None
     flip: int = 0
+    preload: bool = False  # decode the whole file into memory before the clock starts (benchmarks)
 
     def __post_init__(self) -> None:
         if self.fourcc is not None:
@@ -122,12 +127,35 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class RuntimeConfig:
+    """How the one pipeline runs: which processor, how many frames at once, and the run's limits.
+
+    ``processing``: ``cpu`` (host preprocessing, the session, host decode + NMS) or ``gpu`` (letterbox
+    kernel, the session on device buffers, GPU confidence filter); ``auto`` picks ``gpu`` whenever the
+    backend runs on a GPU and CUDA works. ``slots``: frames processed at once, each slot with its own session
+    (an execution context of one engine, or an ONNX Runtime session) and, on the GPU, its own stream; None:
+    2 on the CPU (two single-threaded sessions beat one two-threaded one on a few cores), 3 on the GPU.
+    ``memory`` and ``cuda_graph`` apply to the GPU processor only; None means its default (auto / off).
+    ``metrics``: ``HOST:PORT`` to serve Prometheus metrics while the pipeline runs.
+    """
+
     queue_size: int = 4
     max_frames: int | None = None
     warmup: int = 2
+    processing: Literal["auto", "cpu", "gpu"] = "auto"
+    slots: int | None = None
+    memory: Literal["auto", "pinned", "zero-copy"] | None = None
+    cuda_graph: bool | None = None
+    metrics: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.queue_size >= 1, "queue_size", f"expected >= 1, got {self.queue_size}")
+        _check(self.queue_size <= MAX_QUEUE_SIZE, "queue_size",
+               f"expected <= {MAX_QUEUE_SIZE} (each frame in flight holds a frame buffer), got {self.queue_size}")
+        if self.max_frames is not None:
+            _check(self.max_frames >= 0, "max_frames", f"expected a number >= 0, got {self.max_frames}")
+        _check(self.warmup >= 0, "warmup", f"expected a number >= 0, got {self.warmup}")
+        if self.slots is not None:
+            _check(1 <= self.slots <= MAX_SLOTS, "slots", f"expected 1..{MAX_SLOTS}, got {self.slots}")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgert.errors import InputError, ModelError
+from edgert.errors import BackendError, InputError, ModelError
 from edgert.types import TensorSpec
 
 __all__ = ["Backend", "BackendProbe", "Session", "SessionOptions"]
@@ -86,6 +86,15 @@ class Session(abc.ABC):
     @abc.abstractmethod
     def _infer_impl(self) -> None:
         """Run on ``self.inputs``, leave results in ``self.outputs``."""
+
+    def fork(self) -> Session:
+        """Another session on the same loaded model, with its own buffers (and stream, on a GPU).
+
+        A pipeline processes several frames at once with one fork per slot: TensorRT gives each fork its
+        own execution context of one deserialized engine, ONNX Runtime on the CPU shares one
+        ``InferenceSession`` (its ``run`` is thread-safe) behind separate bindings.
+        """
+        raise BackendError(f"{self.backend_name} sessions cannot run several frames at once (no fork())")
 
     # -- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -69,8 +69,12 @@ def load_ort_session(path: Path, providers: list[Any], threads: int = 0, spin_wa
 class OnnxRuntimeSession(Session):
     backend_name = "onnxruntime"
 
-    def __init__(self, path: Path, options: SessionOptions, providers: list[Any] | None = None) -> None:
-        self._sess = load_ort_session(path, providers or ["CPUExecutionProvider"], options.threads, options.spin_wait)
+    def __init__(self, path: Path, options: SessionOptions, providers: list[Any] | None = None,
+                 shared: Any = None) -> None:
+        self._path = path
+        self._options = options
+        self._sess = shared if shared is not None else load_ort_session(
+            path, providers or ["CPUExecutionProvider"], options.threads, options.spin_wait)
         super().__init__([_spec(a) for a in self._sess.get_inputs()], [_spec(a) for a in self._sess.get_outputs()])
         self.metadata = dict(self._sess.get_modelmeta().custom_metadata_map or {})
         for spec in self.input_specs:
@@ -83,6 +87,12 @@ class OnnxRuntimeSession(Session):
         for name, buf in self.inputs.items():
             self._io.bind_input(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
         self._bind_outputs()
+
+    def fork(self) -> OnnxRuntimeSession:
+        """A second binding with its own buffers on the same ``InferenceSession`` (no second copy of the model)."""
+        if self._sess is None:
+            raise BackendError("onnxruntime session is closed")
+        return OnnxRuntimeSession(self._path, self._options, shared=self._sess)
 
     def _allocate_outputs(self) -> None:
         if all(not s.is_dynamic for s in self.output_specs):

@@ -33,6 +33,8 @@ class OnnxRuntimeCudaSession(GpuSession):
     def __init__(self, path: Path, options: SessionOptions) -> None:
         from edgert.backends.cuda import CudaDevice
 
+        self._path = path
+        self._options = options
         device = CudaDevice.get(options.device)
         # The session's stream exists before ONNX Runtime does: it is part of the provider options.
         with device.active():
@@ -67,6 +69,10 @@ class OnnxRuntimeCudaSession(GpuSession):
             self._io.bind_input(name, "cuda", options.device, host.dtype, host.shape, self.device_inputs[name].ptr)
         for name, host in self.outputs.items():
             self._io.bind_output(name, "cuda", options.device, host.dtype, host.shape, self.device_outputs[name].ptr)
+
+    def fork(self) -> OnnxRuntimeCudaSession:
+        """Another ONNX Runtime session on its own stream: the CUDA provider binds one stream per session."""
+        return OnnxRuntimeCudaSession(self._path, self._options)
 
     def _output_shapes(self, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
         if all(not s.is_dynamic for s in self.output_specs):

@@ -1,24 +1,25 @@
-"""The streaming pipeline: capture -> preprocess -> infer -> postprocess -> sinks, one thread per stage.
+"""The one streaming pipeline: admission -> a processor's slots -> results in order -> sinks.
 
 Why threads and queues: the engine is the expensive part, so everything else (decoding video,
 letterboxing, decoding boxes, drawing, encoding outputs) must happen *while* the engine runs, not
-between its calls. Each stage runs on its own thread; they hand frames along in bounded queues.
-OpenCV, numpy and the inference runtimes release the GIL in their heavy calls, so the stages really do
-overlap.
+between its calls. OpenCV, numpy and the inference runtimes release the GIL in their heavy calls, so the
+threads really do overlap.
 
-Why rings of buffers: nothing is allocated per frame once the pipeline is warm.
+- the **capture** thread admits frames: it waits for the power budget (``admit``), takes a free frame
+  buffer and has the source decode into it;
+- one thread per **processor slot** (:mod:`edgert.pipeline.processor`: CPU or GPU) takes the next admitted
+  frame and turns it into detections on that slot's own session, so several frames are in flight at once;
+- the **results** thread puts frames back in order, draws them when a sink wants pixels, hands them to the
+  sinks, records the statistics and tells the observers; then the frame buffer is free again.
 
-- a fixed set of *slots* (``runtime.queue_size``, at least 3) carries frames through the stages; each slot owns a frame
-  buffer the source decodes into, and preallocated copies of the model outputs. A slot goes back to
-  the free list after the sinks took the frame, so the capture stage can only run ``len(slots)``
-  frames ahead: that is the back-pressure for files (live sources drop stale frames instead);
-- a fixed ring of two *input buffers* (the model's input tensor): preprocessing writes into
-  a free one, the infer stage copies it into the session's bound input with ``np.copyto`` and returns
-  it to the free list at once, then runs the engine. Outputs are copied into the slot before the next
-  ``infer()`` overwrites them.
+Why a ring of frame buffers: nothing is allocated per frame once the pipeline is warm. A fixed set of frames
+(``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
+only that far ahead: that is the back-pressure for files (live sources drop stale frames instead). Sinks
+that write files (``Sink.lossless``) never drop a frame; they slow the pipeline down instead.
 
 Stopping: end of input, ``max_frames``, :meth:`Pipeline.request_stop` (SIGINT/SIGTERM call it) all let
-the frames in flight finish and flush the sinks; an error in any stage (or a second signal) aborts.
+the frames in flight finish and flush the sinks; an error in any stage, or a second signal, aborts within
+a fraction of a second.
 """
 
 from __future__ import annotations
@@ -44,19 +45,17 @@ __all__ = ["Pipeline", "run_pipeline"]
 
 log = logging.getLogger(__name__)
 
-_CAPTURE, _PRE, _INFER, _POST, _SINKS, _TOTAL = range(len(STAGES))
+_CAPTURE, _SINKS, _TOTAL = STAGES.index("capture"), STAGES.index("sinks"), STAGES.index("total")
 _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
-INPUT_BUFFERS = 2
+_ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck in a source or a driver
 
 
 @dataclass(eq=False)
-class _Slot:
-    """One frame in flight and the buffers it owns."""
+class _Frame:
+    """One frame in flight and the pixel buffer it owns."""
 
-    frame: np.ndarray | None = None
-    input: np.ndarray | None = None
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    transform: Any = None
+    pixels: np.ndarray | None = None
+    detections: Any = None
     index: int = 0
     timestamp: float = 0.0
     started: float = 0.0
@@ -65,12 +64,14 @@ class _Slot:
 
 
 class Pipeline:
-    """One model on one source, feeding any number of sinks.
+    """One model on one source, feeding any number of sinks, on the CPU or the GPU processor.
 
-    ``config`` says everything (model, preprocessing, decoding, source, sinks, runtime). ``source``,
-    ``sinks`` and ``detector`` may be given as objects instead (tests, applications, benchmarks).
-    ``admit`` is called in the capture stage before each frame is admitted: a power-budget controller
-    blocks inside it to pace the pipeline. ``observers`` see start, every frame, and stop.
+    ``config`` says everything (model, preprocessing, decoding, source, sinks, runtime, power). ``source``,
+    ``sinks``, ``detector`` (an open :class:`~edgert.vision.detector.Detector` for the CPU processor) and
+    ``processor`` may be given as objects instead (tests, applications, benchmarks). ``admit`` is called in
+    the capture stage before each frame is admitted (a power-budget controller blocks inside it; with
+    ``power.budget_w`` the pipeline makes one itself). ``observers`` see start, every frame, and stop.
+    ``environment``: also attach what the process environment asks for (systemd's ``NOTIFY_SOCKET``).
     """
 
     def __init__(
@@ -80,18 +81,22 @@ class Pipeline:
         source: Any = None,
         sinks: Sequence[Any] | None = None,
         detector: Any = None,
+        processor: Any = None,
         observers: Sequence[PipelineObserver] = (),
         admit: Callable[[], None] | None = None,
         handle_signals: bool = True,
+        environment: bool = True,
     ) -> None:
         self.config = config
         self._source = source
         self._sink_specs = list(sinks) if sinks is not None else list(config.sinks)
         self._detector = detector
-        self._owns_detector = detector is None
+        self._processor = processor
+        self._owns_processor = processor is None
         self.observers: list[PipelineObserver] = list(observers)
         self.admit = admit
         self.handle_signals = handle_signals
+        self.environment = environment
         self.stats = PipelineStats()
         self._stop = threading.Event()
         self._abort = threading.Event()
@@ -101,10 +106,14 @@ class Pipeline:
         self._names: tuple[str, ...] = ()
         self._workers: list[Any] = []
         self._info: dict[str, Any] = {}
-        self.input_ring: tuple[np.ndarray, ...] = ()
-        self.slots: tuple[_Slot, ...] = ()
-        self.used_input_buffers: set[int] = set()  # ids of the buffers preprocessing wrote (tests check reuse)
-        self.frame_buffer_allocations = 0  # frames the source could not decode into a slot's own buffer
+        self._hooks: Any = None
+        self.frames: tuple[_Frame, ...] = ()
+        self.frame_buffer_allocations = 0  # frames the source could not decode into a frame's own buffer
+
+    @property
+    def processor(self) -> Any:
+        """The processor of this run (None before :meth:`run` opened it)."""
+        return self._processor
 
     # -- control ------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -135,49 +144,61 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run until the input ends, ``max_frames`` is reached or a stop is requested; return the summary."""
-        from edgert.vision.detector import Detector
+        from edgert.pipeline.hooks import RunHooks
+        from edgert.pipeline.processor import open_processor
         from edgert.vision.sources import open_source
 
         started = time.perf_counter()
-        if self._detector is None:
-            model = self.config.model.path
-            if not model:
-                raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
-            self._detector = Detector(model, self.config, backend=self.config.model.backend)
-        detector = self._detector
+        if self._processor is None and self._detector is None and not self.config.model.path:
+            raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+        # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
+        self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
-            self._names = tuple(detector.names)
-            for _ in range(self.config.runtime.warmup):
-                detector.session.infer()
-            if self._source is None:
-                self._source = open_source(self.config.source)
-            source = self._source
-            with source:
-                self._open_sinks(source, detector)
-                try:
-                    self._allocate(detector)
-                    self._info = self._start_info(source, detector)
-                    self._run_threads(source, detector)
-                finally:
-                    for worker in self._workers:
-                        worker.close()
+            if self.admit is None:
+                self.admit = self._hooks.admit
+            self.observers = [*self._hooks.observers, *self.observers]
+            if self._processor is None:
+                self._processor = open_processor(self.config, detector=self._detector)
+            processor = self._processor
+            try:
+                self._names = tuple(processor.names)
+                processor.warm_up(self.config.runtime.warmup)
+                if self._source is None:
+                    self._source = open_source(self.config.source)
+                source = self._source
+                with source:
+                    self._open_sinks(source)
+                    try:
+                        self._allocate(processor)
+                        self._info = self._start_info(source, processor)
+                        self._run_threads(source, processor)
+                    finally:
+                        for worker in self._workers:
+                            worker.close()
+                    summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
+            finally:
+                if self._owns_processor:
+                    processor.close()
         finally:
-            if self._owns_detector:
-                detector.close()
-        summary = self.summary(time.perf_counter() - started)
+            power = self._hooks.power_summary() if self._hooks is not None else None
+            self._hooks.close()
+        if power is not None:
+            summary["power"] = power
+            summary["watts"] = power.get("avg_w")
+            summary["mj_per_frame"] = power.get("mj_per_frame")
         self._notify("on_stop", summary)
         if self._errors:
             raise self._errors[0]
         return summary
 
-    def _open_sinks(self, source: Any, detector: Any) -> None:
+    def _open_sinks(self, source: Any) -> None:
         from edgert.vision.sinks import SinkWorker, StreamInfo, open_sink
 
         title = f"{_basename(self.config.model.path)} on {source.uri}"
         info = StreamInfo(source.width, source.height, source.fps, self._names, title, self.stats)
         for spec in self._sink_specs:
-            sink = open_sink(spec, title) if isinstance(spec, str) else spec
             try:
+                sink = open_sink(spec, title) if isinstance(spec, str) else spec
                 sink.open(info)
             except BaseException:
                 for worker in self._workers:
@@ -188,53 +209,44 @@ class Pipeline:
             worker.start()
             self._workers.append(worker)
 
-    def _allocate(self, detector: Any) -> None:
-        # Two input buffers keep the engine fed: one ready for the next infer() while preprocessing
-        # fills the other. More would only add latency.
-        buf = detector.session.inputs[detector.input_name]
-        self.input_ring = tuple(np.zeros_like(buf) for _ in range(INPUT_BUFFERS))
-        # Frames in flight: enough for every stage to hold one; each one more adds one frame of latency.
-        outputs = detector.session.outputs
-        count = max(3, self.config.runtime.queue_size)
-        self.slots = tuple(
-            _Slot(outputs={name: np.zeros_like(arr) for name, arr in outputs.items()}) for _ in range(count)
-        )
+    def _allocate(self, processor: Any) -> None:
+        # Enough frames for every slot to hold one while the capture fills the next and the sinks take the last;
+        # each one more adds one frame of latency.
+        count = max(self.config.runtime.queue_size, 2 * len(processor.slots))
+        self.frames = tuple(_Frame() for _ in range(count))
 
-    def _start_info(self, source: Any, detector: Any) -> dict[str, Any]:
-        session = detector.session
+    def _start_info(self, source: Any, processor: Any) -> dict[str, Any]:
         return {
             "task": self.config.task,
             "model": self.config.model.path,
-            "backend": session.backend_name,
-            "input": {"name": detector.input_name, "shape": list(session.inputs[detector.input_name].shape),
-                      "dtype": str(session.inputs[detector.input_name].dtype)},
+            "backend": processor.backend_name,
+            "processing": processor.kind,
+            "input": {"name": processor.input_name, "shape": list(processor.input_shape),
+                      "dtype": processor.input_dtype},
             "classes": len(self._names),
             "source": source.uri,
             "source_info": source.info(),
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
             "sinks": [w.sink.uri for w in self._workers],
-            "input_buffers": len(self.input_ring),
-            "slots": len(self.slots),
+            "slots": len(processor.slots),
+            "frames_in_flight": len(self.frames),
         }
 
-    def _run_threads(self, source: Any, detector: Any) -> None:
-        n = len(self.slots)
-        self._free_slots: queue.Queue[_Slot] = queue.Queue(maxsize=n)
-        for slot in self.slots:
-            self._free_slots.put(slot)
-        self._free_inputs: queue.Queue[np.ndarray] = queue.Queue(maxsize=len(self.input_ring))
-        for buf in self.input_ring:
-            self._free_inputs.put(buf)
-        # Queues are bounded by the slot count: a put never blocks, the slots are the back-pressure.
-        q_pre: queue.Queue[_Slot | None] = queue.Queue(maxsize=n + 1)
-        q_infer: queue.Queue[_Slot | None] = queue.Queue(maxsize=n + 1)
-        q_post: queue.Queue[_Slot | None] = queue.Queue(maxsize=n + 1)
-        stages = [
-            ("capture", self._capture, (source, q_pre)),
-            ("preprocess", self._preprocess, (detector, q_pre, q_infer)),
-            ("infer", self._infer, (detector, q_infer, q_post)),
-            ("postprocess", self._postprocess, (detector, q_post, source)),
+    def _run_threads(self, source: Any, processor: Any) -> None:
+        n = len(self.frames)
+        self._free: queue.Queue[_Frame] = queue.Queue(maxsize=n)
+        for f in self.frames:
+            self._free.put(f)
+        # Queues are bounded by the frame count plus their end markers: a put never blocks.
+        lanes = len(processor.slots)
+        q_work: queue.Queue[_Frame | None] = queue.Queue(maxsize=n + lanes)
+        q_done: queue.Queue[_Frame | None] = queue.Queue(maxsize=n + lanes)
+        stages: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
+            ("capture", self._capture, (source, q_work, lanes)),
         ]
+        stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
+                   for k, slot in enumerate(processor.slots)]
+        stages.append(("results", self._results, (q_done, lanes, source)))
         threads = [
             threading.Thread(target=self._guard, args=(fn, args), name=f"edgert-{name}", daemon=True)
             for name, fn, args in stages
@@ -243,9 +255,15 @@ class Pipeline:
         try:
             for t in threads:
                 t.start()
+            aborted_at: float | None = None
             for t in threads:
                 while t.is_alive():  # join in slices so the main thread still runs signal handlers
-                    t.join(0.2)
+                    t.join(0.1)
+                    if self._abort.is_set():
+                        aborted_at = aborted_at or time.monotonic()
+                        if time.monotonic() - aborted_at > _ABORT_GRACE_S:
+                            log.warning("thread %s did not stop in time; leaving it", t.name)
+                            break
         finally:
             restore()
 
@@ -290,7 +308,7 @@ class Pipeline:
                     return None
 
     # -- stages -------------------------------------------------------------------------------------
-    def _capture(self, source: Any, out: queue.Queue[_Slot | None]) -> None:
+    def _capture(self, source: Any, out: queue.Queue[_Frame | None], lanes: int) -> None:
         limit = self.config.runtime.max_frames
         index = 0
         try:
@@ -302,108 +320,90 @@ class Pipeline:
                     self.admit()
                     if self._stop.is_set():
                         break
-                slot = self._get(self._free_slots)
-                if slot is None:
+                f = self._get(self._free)
+                if f is None:
                     break
                 t0 = time.perf_counter()
-                frame = source.read(slot.frame)
-                if frame is None:
-                    self._free_slots.put(slot)
+                pixels = source.read(f.pixels)
+                if pixels is None:
+                    self._free.put(f)
+                    reason = getattr(source, "end_reason", None)
+                    if reason and not self._stop.is_set():
+                        self._stopped_by = str(reason)
                     break
-                if frame is not slot.frame:
-                    slot.frame = frame  # the slot keeps this buffer for its next frames
+                if pixels is not f.pixels:
+                    f.pixels = pixels  # the frame keeps this buffer for its next images
                     self.frame_buffer_allocations += 1
-                slot.started = t0
-                slot.timestamp = time.time()
-                slot.index = index
+                f.started = t0
+                f.timestamp = time.time()
+                f.index = index
                 current = getattr(source, "current", None)
-                slot.file = None if current is None else str(current)
-                slot.timings[_CAPTURE] = time.perf_counter() - t0
+                f.file = None if current is None else str(current)
+                f.timings[_CAPTURE] = time.perf_counter() - t0
                 if index == 0:
                     self.stats.mark_started()
                 index += 1
-                out.put(slot)
+                out.put(f)
         finally:
-            out.put(None)
+            for _ in range(lanes):  # one end marker per slot thread
+                out.put(None)
 
-    def _preprocess(self, detector: Any, inq: queue.Queue[_Slot | None], out: queue.Queue[_Slot | None]) -> None:
-        preprocessor = detector.preprocessor
+    def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Frame | None],
+              out: queue.Queue[_Frame | None]) -> None:
         try:
-            while True:
-                slot = self._get(inq)
-                if slot is None:
-                    break
-                buf = self._get(self._free_inputs)
-                if buf is None:
-                    break
-                t0 = time.perf_counter()
-                slot.transform = preprocessor(slot.frame, buf)
-                slot.input = buf
-                self.used_input_buffers.add(id(buf))
-                slot.timings[_PRE] = time.perf_counter() - t0
-                out.put(slot)
+            with slot.active():
+                processor.prepare(slot)
+                while True:
+                    f = self._get(inq)
+                    if f is None:
+                        break
+                    f.detections = slot.process(f.pixels, f.timings)
+                    out.put(f)
         finally:
             out.put(None)
 
-    def _infer(self, detector: Any, inq: queue.Queue[_Slot | None], out: queue.Queue[_Slot | None]) -> None:
-        session = detector.session
-        target = session.inputs[detector.input_name]
-        try:
-            while True:
-                slot = self._get(inq)
-                if slot is None:
-                    break
-                t0 = time.perf_counter()
-                buf = slot.input
-                np.copyto(target, buf)
-                slot.input = None
-                self._free_inputs.put(buf)  # preprocessing may refill it while the engine runs
-                outputs = session.infer()
-                for name, value in outputs.items():
-                    mine = slot.outputs.get(name)
-                    if mine is not None and mine.shape == value.shape:
-                        np.copyto(mine, value)
-                    else:  # outputs whose size follows the data (NMS in the graph)
-                        slot.outputs[name] = value.copy()
-                slot.timings[_INFER] = time.perf_counter() - t0
-                out.put(slot)
-        finally:
-            out.put(None)
-
-    def _postprocess(self, detector: Any, inq: queue.Queue[_Slot | None], source: Any) -> None:
+    def _results(self, inq: queue.Queue[_Frame | None], lanes: int, source: Any) -> None:
         from edgert.vision.draw import draw_detections
         from edgert.vision.sinks import FrameResult
 
-        decoder = detector.decoder
         workers = self._workers
         draw = any(w.sink.needs_image for w in workers)
+        pending: dict[int, _Frame] = {}  # frames that finished before an earlier one (several slots)
+        following = 0
+        ended = 0
         first = True
-        while True:
-            slot = self._get(inq)
-            if slot is None:
-                break
-            t0 = time.perf_counter()
-            detections = decoder(slot.outputs, slot.transform)
-            t1 = time.perf_counter()
-            slot.timings[_POST] = t1 - t0
-            if workers:
-                if draw:
-                    draw_detections(slot.frame, detections)
-                result = FrameResult(slot.index, slot.timestamp, detections, slot.frame if draw else None, slot.file)
-                for worker in workers:
-                    worker.offer(result)
-            done = time.perf_counter()
-            slot.timings[_SINKS] = done - t1
-            slot.timings[_TOTAL] = done - slot.started
-            for cid in detections.class_id.tolist():
-                self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
-            self.stats.record_frame(slot.timings, len(detections))
-            self._update_drops(source)
-            self._free_slots.put(slot)
-            if first:
-                first = False
-                self._notify("on_start", self._info)
-            self._notify("on_frame", self.stats)
+        while ended < lanes:
+            f = self._get(inq)
+            if f is None:
+                if self._abort.is_set():
+                    return
+                ended += 1
+                continue
+            pending[f.index] = f
+            while following in pending:
+                f = pending.pop(following)
+                following += 1
+                t1 = time.perf_counter()
+                detections = f.detections
+                if workers:
+                    if draw and f.pixels is not None:
+                        draw_detections(f.pixels, detections)
+                    result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file)
+                    for worker in workers:
+                        worker.offer(result, abort=self._abort)
+                done = time.perf_counter()
+                f.timings[_SINKS] = done - t1
+                f.timings[_TOTAL] = done - f.started
+                for cid in detections.class_id.tolist():
+                    self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
+                self.stats.record_frame(f.timings, len(detections))
+                self._update_drops(source)
+                f.detections = None
+                self._free.put(f)
+                if first:
+                    first = False
+                    self._notify("on_start", self._info)
+                self._notify("on_frame", self.stats)
 
     def _update_drops(self, source: Any) -> None:
         stats = self.stats
@@ -425,7 +425,8 @@ class Pipeline:
 
     # -- results ------------------------------------------------------------------------------------
     def summary(self, wall_s: float | None = None) -> dict[str, Any]:
-        """What ``edgert run --json`` prints: frames, FPS, per-stage latency, drops, detections per class."""
+        """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
+        drops by reason, detections per class, why it stopped; the GPU processor adds ``gpu_ms``."""
         stats = self.stats
         source = self._source
         if source is not None:
@@ -435,9 +436,12 @@ class Pipeline:
             (names[cid] if 0 <= cid < len(names) else str(cid)): n
             for cid, n in sorted(self._class_counts.items(), key=lambda kv: -kv[1])
         }
+        processor = self._processor
         summary: dict[str, Any] = {
             "model": self.config.model.path,
             "backend": self._info.get("backend"),
+            "processing": getattr(processor, "kind", None),
+            "processor": processor.describe() if processor is not None else None,
             "source": source.info() if source is not None else None,
             "sinks": [w.sink.uri for w in self._workers],
             "frames": stats.frames,
@@ -449,10 +453,14 @@ class Pipeline:
             "detections": stats.detections,
             "detections_per_class": per_class,
             "stopped_by": self._stopped_by,
-            "input_buffers": len(self.input_ring),
+            "slots": len(processor.slots) if processor is not None else 0,
+            "frames_in_flight": len(self.frames),
+            "watts": None if stats.watts is None else round(float(stats.watts), 3),
+            "mj_per_frame": None,
         }
-        if stats.watts is not None:
-            summary["watts"] = round(float(stats.watts), 3)
+        gpu = processor.stage_summary() if processor is not None else None
+        if gpu is not None:
+            summary["gpu_ms"] = gpu
         if wall_s is not None:
             summary["wall_s"] = round(wall_s, 3)
         if self._errors:

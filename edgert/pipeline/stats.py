@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STAGES", "WINDOW", "LatencyRing", "PipelineStats"]
+__all__ = ["STAGES", "WINDOW", "LatencyRing", "PipelineStats", "merged_quantiles_ms"]
 
 #: Stage names in pipeline order; ``total`` is capture start to sinks handed the frame.
 STAGES: tuple[str, ...] = ("capture", "preprocess", "infer", "postprocess", "sinks", "total")
@@ -40,15 +40,27 @@ class LatencyRing:
     def count(self) -> int:
         return self._count
 
+    def window(self) -> np.ndarray:
+        """A copy of the recent values (the writer may be filling the ring meanwhile)."""
+        return self._values[: min(self._count, self._values.shape[0])].copy()
+
     def quantiles_ms(self) -> dict[str, float]:
         """p50/p95/p99 and mean of the window in milliseconds (zeros before the first frame)."""
-        n = min(self._count, self._values.shape[0])
-        if n == 0:
-            return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
-        window = self._values[:n].copy()  # a copy: the writer may be filling the ring meanwhile
-        p50, p95, p99 = np.percentile(window, [50, 95, 99]) * 1000.0
-        return {"p50": round(float(p50), 3), "p95": round(float(p95), 3), "p99": round(float(p99), 3),
-                "mean": round(float(window.mean()) * 1000.0, 3)}
+        return _quantiles_ms(self.window())
+
+
+def _quantiles_ms(window: np.ndarray) -> dict[str, float]:
+    if window.size == 0:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+    p50, p95, p99 = np.percentile(window, [50, 95, 99]) * 1000.0
+    return {"p50": round(float(p50), 3), "p95": round(float(p95), 3), "p99": round(float(p99), 3),
+            "mean": round(float(window.mean()) * 1000.0, 3)}
+
+
+def merged_quantiles_ms(rings: list[LatencyRing]) -> dict[str, float]:
+    """Quantiles over the recent values of several rings together (one stage on several slots)."""
+    windows = [r.window() for r in rings]
+    return _quantiles_ms(np.concatenate(windows) if windows else np.zeros(0))
 
 
 class PipelineStats:

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgert.config import DecodeConfig, PreprocessConfig
+from edgert.config import DecodeConfig, FieldError, PreprocessConfig, RuntimeConfig
 from edgert.errors import ConfigError, ModelError
-from edgert.pipeline.gpu import GpuPipelineOptions, choose_memory_mode
+from edgert.pipeline.gpu import choose_memory_mode
 from edgert.types import TensorSpec
 from edgert.vision.gpu_decode import candidates_to_detections, emulate_filter, filter_layout
 from edgert.vision.gpu_preprocess import LetterboxPlan, emulate_letterbox, kernel_source, linear_tables
@@ -48,10 +48,8 @@ def test_zero_copy_refused_without_mapping() -> None:
 def test_unknown_memory_mode_and_bad_options() -> None:
     with pytest.raises(ConfigError, match="not one of auto, pinned, zero-copy"):
         choose_memory_mode("mapped", True, True)
-    with pytest.raises(ConfigError, match="slots must be >= 1"):
-        GpuPipelineOptions(slots=0)
-    with pytest.raises(ConfigError, match="not one of"):
-        GpuPipelineOptions(memory="shared")  # type: ignore[arg-type]
+    with pytest.raises(FieldError, match=r"expected 1\.\.16, got 0"):
+        RuntimeConfig(slots=0)
 
 
 # -- letterbox reference vs OpenCV ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import SourceError
 from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, PipelineStats
+from edgert.pipeline.processor import open_processor
 from edgert.pipeline.stats import LatencyRing
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from edgert.vision.sources import FrameSource, open_source
@@ -52,17 +54,32 @@ class Recorder(BaseObserver):
 
 
 def test_every_frame_goes_through_with_fixed_reused_buffers(media: dict[str, Path]) -> None:
-    pipeline = Pipeline(_config(media, queue_size=4), handle_signals=False)
-    summary = pipeline.run()
+    config = _config(media, queue_size=4, slots=2)
+    with open_processor(config) as processor:
+        assert processor.kind == "cpu" and len(processor.slots) == 2
+        bound = [id(slot.session.inputs[processor.input_name]) for slot in processor.slots]
+        outputs = [{k: id(v) for k, v in slot.session.outputs.items()} for slot in processor.slots]
+        pipeline = Pipeline(config, processor=processor, handle_signals=False)
+        summary = pipeline.run()
+        # Each slot letterboxed into its own session's bound input and decoded from its bound outputs:
+        # the buffers are the ones allocated at open, one set per slot.
+        assert len(set(bound)) == 2
+        assert [id(slot.input) for slot in processor.slots] == bound
+        assert [{k: id(v) for k, v in slot.session.outputs.items()} for slot in processor.slots] == outputs
     assert summary["frames"] == 40 and summary["stopped_by"] == "end of input"
     assert summary["detections_per_class"] == {"class0": 40}  # the tiny model finds one box per frame
-    # Two input buffers, fixed at start, and preprocessing wrote only into those.
-    assert len(pipeline.input_ring) == 2
-    assert pipeline.used_input_buffers == {id(b) for b in pipeline.input_ring}
-    # Each slot adopted one frame buffer (the source's first decode) and reused it afterwards.
-    assert len(pipeline.slots) == 4 and pipeline.frame_buffer_allocations <= len(pipeline.slots)
+    # Each frame in flight adopted one pixel buffer (the source's first decode) and reused it afterwards.
+    assert len(pipeline.frames) == 4 and pipeline.frame_buffer_allocations <= len(pipeline.frames)
     assert set(summary["latency_ms"]) == set(STAGES)
     assert summary["latency_ms"]["infer"]["p50"] > 0 and summary["fps"] > 0
+    assert summary["processing"] == "cpu" and summary["slots"] == 2 and "gpu_ms" not in summary
+
+
+def test_results_come_out_in_frame_order_from_several_slots(media: dict[str, Path], tmp_path: Path) -> None:
+    events = tmp_path / "e.jsonl"
+    summary = Pipeline(_config(media, slots=3), sinks=[f"jsonl://{events}"], handle_signals=False).run()
+    frames = [json.loads(line)["frame"] for line in events.read_text().splitlines()]
+    assert summary["slots"] == 3 and frames == list(range(40))
 
 
 def test_observer_hooks_in_order(media: dict[str, Path]) -> None:

@@ -1,0 +1,136 @@
+"""What a run adds around the pipeline, from its config and its environment.
+
+- **power**: with ``power.budget_w`` a budget controller paces admission (its ``admit`` blocks in the
+  capture stage) and reports watts; without a budget, a power sampler still fills the live watts and the
+  summary's energy per frame whenever this machine has a meter (INA3221 rails or tegrastats on a Jetson,
+  NVML on a desktop GPU, RAPL on a PC). This is the one place a run opens a power sampler.
+- **systemd**: when ``NOTIFY_SOCKET`` is set (a ``Type=notify`` unit), READY after the first frame,
+  WATCHDOG from progress, STATUS lines, STOPPING at the stop request.
+- **metrics**: with ``runtime.metrics`` (``HOST:PORT``), a Prometheus endpoint for the run's lifetime.
+
+``Pipeline.run()`` opens these itself, so a Python caller gets what ``edgert run`` gets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from edgert.config import PipelineConfig
+from edgert.errors import EdgertError
+from edgert.pipeline.observer import BaseObserver
+from edgert.pipeline.stats import PipelineStats
+
+__all__ = ["PowerWatts", "RunHooks", "open_power_sampler"]
+
+log = logging.getLogger(__name__)
+
+#: How often (in completed frames) the live watts are refreshed from the sampler's moving average.
+_WATTS_EVERY = 10
+
+
+def open_power_sampler(config: PipelineConfig) -> Any:
+    """A started :class:`~edgert.power.sampler.PowerSampler` on ``power.meter``, or None without a meter."""
+    from edgert.power.meters import open_meter
+    from edgert.power.sampler import PowerSampler
+
+    try:
+        meter = open_meter(config.power.meter)
+        if not meter.available:
+            meter.close()
+            return None
+        return PowerSampler(meter, hz=config.power.sample_hz).start()
+    except EdgertError as exc:
+        log.info("no power readings: %s", exc)
+        return None
+
+
+class PowerWatts(BaseObserver):
+    """Fills ``PipelineStats.watts`` from a sampler's one-second moving average, every few frames.
+
+    ``count_frames``: tell the sampler about each completed frame (for millijoules per frame); a budget
+    controller counts admitted frames itself.
+    """
+
+    def __init__(self, sampler: Any, rail: str | None, count_frames: bool) -> None:
+        self.sampler = sampler
+        self.rail = rail
+        self.count_frames = count_frames
+
+    def on_frame(self, stats: PipelineStats) -> None:
+        if self.count_frames:
+            self.sampler.frame_done()
+        if stats.frames % _WATTS_EVERY == 1:
+            watts = self.sampler.moving_average(1.0, self.rail)
+            if watts is not None:
+                stats.watts = float(watts)
+
+
+class RunHooks:
+    """The power, systemd and metrics wiring of one run; ``close()`` releases all of it.
+
+    Everything that can fail to start (no meter for a budget, a metrics port in use) fails here, in the
+    constructor, before the pipeline opens any sink.
+    """
+
+    def __init__(self, config: PipelineConfig, name: str, environment: bool = True) -> None:
+        self.admit: Callable[[], None] | None = None
+        self.observers: list[Any] = []
+        self.metrics_url: str | None = None
+        self._controller: Any = None
+        self._sampler: Any = None
+        self._closers: list[Callable[[], None]] = []
+        try:
+            self._open_power(config)
+            if config.runtime.metrics:
+                self._open_metrics(config.runtime.metrics, name)
+            if environment:
+                from edgert.service.watchdog import SystemdObserver
+
+                systemd = SystemdObserver.from_env()
+                if systemd is not None:
+                    self.observers.append(systemd)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_power(self, config: PipelineConfig) -> None:
+        if config.power.budget_w is not None:
+            from edgert.power.budget import budget_admission
+
+            self._controller = budget_admission(config.power)
+            self._closers.append(self._controller.close)
+            self.admit = self._controller.admit
+            self.observers.append(PowerWatts(self._controller.sampler, config.power.rail, count_frames=False))
+            return
+        self._sampler = open_power_sampler(config)
+        if self._sampler is not None:
+            self._closers.append(self._sampler.stop)
+            self.observers.append(PowerWatts(self._sampler, config.power.rail, count_frames=True))
+
+    def _open_metrics(self, listen: str, name: str) -> None:
+        from edgert.service.metrics import MetricsObserver, MetricsServer, parse_listen
+
+        host, port = parse_listen(listen)
+        observer = MetricsObserver(pipeline=name)
+        server = MetricsServer(host, port, observer.render)
+        self._closers.append(server.close)
+        self.observers.append(observer)
+        self.metrics_url = server.url
+
+    def power_summary(self) -> dict[str, Any] | None:
+        if self._controller is not None:
+            return dict(self._controller.stats())
+        if self._sampler is not None:
+            self._sampler.stop()  # the summary covers the run, not the time after it
+            return dict(self._sampler.summary())
+        return None
+
+    def close(self) -> None:
+        closers, self._closers = self._closers, []
+        for close in reversed(closers):
+            try:
+                close()
+            except Exception:  # closing one part must not keep the others open
+                log.warning("closing %r failed", close, exc_info=True)

@@ -1,0 +1,203 @@
+"""Processors: the part of the one pipeline that turns admitted frames into detections.
+
+The :class:`~edgert.pipeline.runner.Pipeline` owns everything around the model (admission, the power
+budget, signals, observers, sinks, statistics, the summary). A *processor* owns the model side: a few
+*slots*, each able to take one frame from BGR pixels to :class:`~edgert.vision.detections.Detections` on its
+own session (a fork of one loaded model: an execution context of one TensorRT engine, a binding on one ONNX
+Runtime session, or on the GPU a session with its own CUDA stream). The pipeline runs one thread per slot;
+each thread takes the next admitted frame, so with two or more slots the preprocessing and decoding of one
+frame overlap the inference of another, and the pipeline puts the results back in frame order.
+
+Two processors exist, and every pipeline feature works with either:
+
+- ``cpu`` (:mod:`edgert.pipeline.cpu`): host letterbox into the session's input buffer, ``session.infer``,
+  host decode + NMS. Any backend.
+- ``gpu`` (:mod:`edgert.pipeline.gpu`): the frame goes to the GPU once, the letterbox kernel writes the
+  session's device input, the model runs on device buffers, a confidence filter on the GPU sends back only
+  the candidate rows, NMS on the host. GPU backends only (TensorRT, ONNX Runtime CUDA).
+
+``runtime.processing: auto`` takes ``gpu`` whenever the backend runs on a GPU and CUDA works here.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from edgert.config import PipelineConfig
+from edgert.errors import ConfigError
+from edgert.vision.detections import Detections
+
+__all__ = [
+    "GPU_BACKENDS",
+    "GPU_ONLY_KEYS",
+    "Processor",
+    "ProcessorSlot",
+    "default_slots",
+    "open_processor",
+    "resolve_processing",
+    "slots_wanted",
+]
+
+log = logging.getLogger(__name__)
+
+#: Backends whose sessions run on a CUDA device (and so can feed the GPU processor).
+GPU_BACKENDS: tuple[str, ...] = ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda")
+
+#: runtime keys that only the GPU processor reads, with the flag that sets each.
+GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-graph"}
+
+
+class ProcessorSlot(abc.ABC):
+    """One frame at a time through one session; used by exactly one pipeline thread."""
+
+    @abc.abstractmethod
+    def process(self, frame: np.ndarray, timings: np.ndarray) -> Detections:
+        """Detections of ``frame``; writes seconds spent into ``timings`` at the preprocess/infer/postprocess
+        positions of :data:`~edgert.pipeline.stats.STAGES`."""
+
+    def active(self) -> contextlib.AbstractContextManager[Any]:
+        """The context the slot's thread runs in (the CUDA context push on the GPU)."""
+        return contextlib.nullcontext()
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the slot owns."""
+
+
+class Processor(abc.ABC):
+    """A model opened for the pipeline: class names, input facts and the slots."""
+
+    kind: str = "?"
+
+    def __init__(self) -> None:
+        self.slots: list[ProcessorSlot] = []
+        self.names: tuple[str, ...] = ()
+        self.backend_name = "?"
+        self.input_name = ""
+        self.input_shape: tuple[int, ...] = ()
+        self.input_dtype = "float32"
+
+    def prepare(self, slot: ProcessorSlot) -> None:  # noqa: B027 - optional hook
+        """Called once on each slot's own thread before its first frame (the GPU captures CUDA graphs here)."""
+
+    @abc.abstractmethod
+    def warm_up(self, runs: int) -> None:
+        """Run each slot's model ``runs`` times, so first-call costs (allocator growth, autotuning) are not frames."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the summary's ``processor`` key."""
+        return {"kind": self.kind, "slots": len(self.slots)}
+
+    def stage_summary(self) -> dict[str, dict[str, float]] | None:
+        """Per-stage device times (the GPU processor's ``gpu_ms``); None where there are none."""
+        return None
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.close()
+        self.slots = []
+
+    def __enter__(self) -> Processor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def default_slots(kind: str) -> int:
+    """Frames processed at once when ``runtime.slots`` is not set.
+
+    CPU: two, on any machine with two cores or more. Each slot's session then runs single-threaded (on a
+    larger machine, cores / 2 threads each), and two frames in flight keep every core busy through the
+    serial parts of a network and through preprocessing and NMS. Measured on the 2-core CI box, nanodet:
+    2 sessions x 1 thread 53.8 fps against 46.1 fps for one ``InferenceSession`` with ONNX Runtime's defaults.
+    GPU: three (docs/gpu-pipeline.md: ORT's CUDA provider is bound by its launches on small models; two slots
+    measured 0.89-1.17x compute-only FPS, three 1.12-1.58x).
+    """
+    if kind == "gpu":
+        return 3
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def _gpu_usable(backend: str) -> tuple[bool, str]:
+    if backend not in GPU_BACKENDS:
+        return False, f"backend {backend} runs on the CPU (GPU processing needs one of {', '.join(GPU_BACKENDS)})"
+    from edgert.backends import get_backend
+
+    try:
+        get_backend(backend)
+    except ConfigError:
+        raise
+    except Exception as exc:  # BackendUnavailable and friends: say why, in one line
+        return False, str(exc)
+    from edgert.backends.cuda import check_available
+
+    try:
+        check_available()
+    except Exception as exc:
+        return False, str(exc)
+    return True, f"backend {backend} runs on the GPU"
+
+
+def resolve_processing(config: PipelineConfig) -> tuple[str, str, str]:
+    """(backend, processing, why) for ``config``: the backend ``auto`` picks, and ``cpu`` or ``gpu``.
+
+    Raises :class:`ConfigError` for ``processing: gpu`` where no GPU can be used, and for GPU-only keys
+    (``runtime.memory``, ``runtime.cuda_graph``) on a run that uses the CPU processor.
+    """
+    from edgert.backends import choose_backend
+
+    backend = config.model.backend
+    probes_note = ""
+    if backend == "auto":
+        backend, probes = choose_backend()
+        passed = [f"{p.name}: {p.reason}" for p in probes if not p.available and p.name in GPU_BACKENDS]
+        probes_note = f" ({'; '.join(passed)})" if passed else ""
+    requested = config.runtime.processing
+    if requested == "cpu":
+        processing, why = "cpu", "runtime.processing: cpu"
+    else:
+        ok, why = _gpu_usable(backend)
+        if requested == "gpu" and not ok:
+            raise ConfigError(f"runtime.processing: gpu: no usable GPU: {why}{probes_note}")
+        processing = "gpu" if ok else "cpu"
+    if processing == "cpu":
+        for key, flag in GPU_ONLY_KEYS.items():
+            if getattr(config.runtime, key) is not None:
+                raise ConfigError(f"runtime.{key} ({flag}) applies to GPU processing only; this run uses the CPU "
+                                  f"processor: {why}. Note: drop it, or set runtime.processing: gpu")
+    return backend, processing, why
+
+
+def open_processor(config: PipelineConfig, detector: Any = None) -> Processor:
+    """The processor ``config`` asks for (see :func:`resolve_processing`), with its slots opened.
+
+    ``detector``: an open :class:`~edgert.vision.detector.Detector` whose session the CPU processor forks
+    (benchmarks, applications that already hold one); it stays the caller's to close.
+    """
+    if detector is not None:
+        if config.runtime.processing == "gpu":
+            raise ConfigError("runtime.processing: gpu opens its own GPU sessions; pass no detector")
+        from edgert.pipeline.cpu import CpuProcessor
+
+        return CpuProcessor(config, detector.session.backend_name, detector=detector)
+    backend, processing, why = resolve_processing(config)
+    log.info("processing on the %s (%s)", processing.upper(), why)
+    if processing == "gpu":
+        from edgert.pipeline.gpu import GpuProcessor
+
+        return GpuProcessor(config, backend)
+    from edgert.pipeline.cpu import CpuProcessor
+
+    return CpuProcessor(config, backend)
+
+
+def slots_wanted(config: PipelineConfig, kind: str) -> int:
+    """``runtime.slots``, or the processor's default."""
+    return config.runtime.slots if config.runtime.slots is not None else default_slots(kind)
+
