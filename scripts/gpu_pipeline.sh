@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU pipeline's device entry point (issue 9): tests/gpu, then scripts/bench_gpu_pipeline.py.
+# The one pipeline's device entry point: tests/gpu, then scripts/bench_one_pipeline.py.
 #
 #   bash scripts/gpu_pipeline.sh pack    development machine, repo root: tar the two detectors, vtest.avi and
 #                                        the asset images from ../shared/assets and split the tar into
@@ -8,13 +8,15 @@
 #   bash scripts/gpu_pipeline.sh run     GPU machine, after `source .gpu/kit/device-setup.sh`: collect the parts
 #                                        sent so far; once all parts and the GPU stack are there, run the tests
 #                                        and the benchmark, writing logs and JSON to $OUT (or ./gpu-pipeline-out)
+#   bash scripts/gpu_pipeline.sh bench [--steps ...]   the benchmark alone (the parts already collected)
 # With EDGERT_ASSETS already pointing at a full assets folder, `run` skips the parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cmd="${1:-run}"
 if [ "$cmd" = pack ]; then
   STAGE_NAME=gp exec bash scripts/gpu_stage_assets.sh pack README.md models/detection/coco.names \
-      models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi images
+      models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi \
+      images/bus.jpg images/opencv_hfs_000.jpg
 fi
 
 out="${OUT:-gpu-pipeline-out}"
@@ -27,5 +29,7 @@ fi
 if [ ! -f /tmp/gpusite/.done ]; then echo "gpu_pipeline: GPU stack not installed yet (send the next .gpu/ortN)"; exit 0; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
-python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -25
-python3 scripts/bench_gpu_pipeline.py --out "$out/gpu_pipeline.json" "${@:2}" 2>&1 | tee "$out/bench.log" | grep -v "^INFO"
+if [ "$cmd" = run ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -25
+fi
+python3 scripts/bench_one_pipeline.py --out "$out/one_pipeline.json" "${@:2}" 2>&1 | tee "$out/bench.log" | grep -v "^INFO"

@@ -24,6 +24,7 @@ a fraction of a second.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import signal
@@ -146,7 +147,6 @@ class Pipeline:
         """Run until the input ends, ``max_frames`` is reached or a stop is requested; return the summary."""
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.processor import open_processor
-        from edgert.vision.sources import open_source
 
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
@@ -164,7 +164,7 @@ class Pipeline:
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 if self._source is None:
-                    self._source = open_source(self.config.source)
+                    self._source = self._open_source()
                 source = self._source
                 with source:
                     self._open_sinks(source)
@@ -190,6 +190,18 @@ class Pipeline:
         if self._errors:
             raise self._errors[0]
         return summary
+
+    def _open_source(self) -> Any:
+        from edgert.vision.sources import open_source
+
+        cfg = self.config.source
+        if not cfg.preload:
+            return open_source(cfg)
+        from edgert.pipeline.preload import PreloadedSource
+
+        # The file itself is read once; looping happens over the frames in memory.
+        inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
+        return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
     def _open_sinks(self, source: Any) -> None:
         from edgert.vision.sinks import SinkWorker, StreamInfo, open_sink

@@ -1,4 +1,4 @@
-"""The GPU pipeline on a real CUDA GPU: kernels against their numpy references and the CPU path.
+"""The GPU processor on a real CUDA GPU: kernels against their references, the CPU processor, the CLI.
 
 Skips with a reason where there is no GPU, no pycuda or no onnxruntime CUDA provider (CI). On the
 device (scripts/gpu_pipeline.sh) it prints the measured tensor max abs error.
@@ -6,12 +6,22 @@ device (scripts/gpu_pipeline.sh) it prints the measured tensor max abs error.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edgert._lazy import is_importable
+from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.pipeline import Pipeline
+from edgert.pipeline.gpu import GpuProcessor, GpuSlot
+from edgert.vision.detections import Detections
 
 cv2 = pytest.importorskip("cv2")
 
@@ -54,12 +64,16 @@ def _frames(assets: Path, n: int = 4) -> list[np.ndarray]:
     return out
 
 
+def _processor(model: Path, **runtime: object) -> GpuProcessor:
+    config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(**runtime))  # type: ignore[arg-type]
+    return GpuProcessor(config, "onnxruntime-cuda")
+
+
 @pytest.mark.parametrize("model", [NANODET, YOLOV8])
 def test_gpu_tensor_equals_cpu_preprocessor(assets: Path, model: str) -> None:
-    from edgert.pipeline.gpu import GpuPipeline, GpuPipelineOptions
     from edgert.vision.gpu_preprocess import emulate_letterbox
 
-    with GpuPipeline(assets / "models" / "detection" / model, options=GpuPipelineOptions(slots=1)) as pipe:
+    with _processor(assets / "models" / "detection" / model, slots=1) as pipe:
         worst_cpu = worst_emu = 0.0
         for img in _frames(assets):
             ref = pipe.preprocessor.allocate()
@@ -72,76 +86,126 @@ def test_gpu_tensor_equals_cpu_preprocessor(assets: Path, model: str) -> None:
     assert worst_cpu <= 1.0 / 255.0 + 1e-6  # documented bound; 0 expected with the same OpenCV arithmetic
 
 
+def _same(a: Detections, b: Detections) -> None:
+    assert len(a) == len(b)
+    assert sorted(a.class_id.tolist()) == sorted(b.class_id.tolist())
+    for box in a.xyxy:
+        assert np.abs(b.xyxy - box).max(axis=1).min() <= 1.0
+
+
 @pytest.mark.parametrize("memory", ["pinned", "zero-copy"])
 def test_gpu_detections_equal_cpu_path(assets: Path, memory: str) -> None:
-    from edgert.pipeline.gpu import GpuPipeline, GpuPipelineOptions
     from edgert.vision.detector import Detector
 
     model = assets / "models" / "detection" / NANODET
     frames = _frames(assets, 6)
-    with (
-        Detector(model, backend="onnxruntime-cuda") as cpu,
-        GpuPipeline(model, options=GpuPipelineOptions(memory=memory, slots=2)) as pipe,
-    ):
-        assert pipe.memory_mode == memory
-        expected = [cpu(f) for f in frames]
-        got = [d for _, d in pipe.run(frames)]
-    assert len(got) == len(expected)
-    for a, b in zip(expected, got):
-        assert len(a) == len(b)
-        assert sorted(a.class_id.tolist()) == sorted(b.class_id.tolist())
-        for box in a.xyxy:
-            assert np.abs(b.xyxy - box).max(axis=1).min() <= 1.0
+    with Detector(model, backend="onnxruntime-cuda") as cpu, _processor(model, memory=memory, slots=2) as pipe:
+        assert pipe.memory_mode == memory and len(pipe.slots) == 2
+        for f in frames:
+            _same(cpu(f), pipe.detect(f))
+
+
+def _jsonl(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]  # every line whole, or this raises
+
+
+@pytest.mark.parametrize("model", [NANODET, YOLOV8])
+def test_gpu_and_cpu_processors_give_the_same_detections_in_order(assets: Path, tmp_path: Path, model: str) -> None:
+    """One pipeline, two processors: frame by frame the same boxes (within 1 px) and classes, in frame order."""
+    runs = {}
+    for processing in ("cpu", "gpu"):
+        out = tmp_path / f"{processing}.jsonl"
+        config = PipelineConfig(
+            model=ModelConfig(path=str(assets / "models" / "detection" / model), backend="onnxruntime-cuda"),
+            source=SourceConfig(uri=str(assets / "video" / "vtest.avi")),
+            sinks=(f"jsonl://{out}",), runtime=RuntimeConfig(processing=processing, max_frames=120, slots=3))
+        summary = Pipeline(config, handle_signals=False).run()
+        assert summary["processing"] == processing and summary["frames"] == 120
+        runs[processing] = _jsonl(out)
+    cpu, gpu = runs["cpu"], runs["gpu"]
+    assert [r["frame"] for r in gpu] == list(range(120)) == [r["frame"] for r in cpu]
+    for a, b in zip(cpu, gpu):
+        da, db = a["detections"], b["detections"]
+        assert isinstance(da, list) and isinstance(db, list) and len(da) == len(db)
+        assert sorted(d["class_id"] for d in da) == sorted(d["class_id"] for d in db)
+        for d in da:
+            assert min(max(abs(x - y) for x, y in zip(d["box"], e["box"])) for e in db) <= 1.0
 
 
 def test_overflowing_candidate_buffer_falls_back_to_host_decoding(assets: Path) -> None:
-    from edgert.pipeline.gpu import GpuPipeline, GpuPipelineOptions
-
     model = assets / "models" / "detection" / NANODET
     frames = _frames(assets, 2)
-    with (
-        GpuPipeline(model, options=GpuPipelineOptions(slots=1)) as big,
-        GpuPipeline(model, options=GpuPipelineOptions(slots=1, candidates=1)) as small,
-    ):
+    config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(slots=1))
+    with GpuProcessor(config, candidates=1024) as big, GpuProcessor(config, candidates=1) as small:
         for f in frames:
             a, b = big.detect(f), small.detect(f)
             assert np.array_equal(a.class_id, b.class_id)
             assert np.allclose(a.xyxy, b.xyxy, atol=1e-3)
-        filt = small.slots[0].filter
-        assert filt is not None and filt.overflows >= 1
+        slot = small.slots[0]
+        assert isinstance(slot, GpuSlot) and slot.filter is not None and slot.filter.overflows >= 1
 
 
-def test_edgert_run_gpu_pipeline_json(assets: Path, tmp_path: Path) -> None:
-    """The real CLI: ``edgert run --gpu-pipeline --json`` reports FPS and per-stage GPU times."""
-    import json
-    import subprocess
-    import sys
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "edgert.cli.main", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
 
+
+def test_edgert_run_picks_gpu_processing_by_itself(assets: Path, tmp_path: Path) -> None:
+    """The real CLI with a GPU backend and no processing flag: the GPU processor, per-stage GPU times."""
     out = tmp_path / "dets.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgert.cli.main",
-            "run",
-            "--gpu-pipeline",
-            "--json",
-            "--max-frames",
-            "30",
-            "--model",
-            str(assets / "models" / "detection" / NANODET),
-            "--source",
-            str(assets / "video" / "vtest.avi"),
-            "--sink",
-            f"jsonl://{out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout)
-    assert summary["frames"] == 30 and summary["fps"] > 0
-    assert set(summary["gpu_stages_ms"]) >= {"upload", "preprocess", "infer", "decode"}
-    assert summary["memory"] == "pinned"  # a discrete GPU: auto picks pinned copies
-    assert len(out.read_text().splitlines()) == 30
+    proc = _cli("--backend", "onnxruntime-cuda", "--json", "--max-frames", "30",
+                "--model", str(assets / "models" / "detection" / NANODET),
+                "--source", str(assets / "video" / "vtest.avi"), "--sink", f"jsonl://{out}")
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["processing"] == "gpu" and summary["frames"] == 30 and summary["fps"] > 0
+    assert set(summary["gpu_ms"]) == {"upload", "preprocess", "infer", "decode"}
+    assert summary["gpu_ms"]["infer"]["p50"] > 0
+    assert summary["processor"]["memory"] == "pinned"  # a discrete GPU: auto picks pinned copies
+    assert summary["watts"] is not None and summary["mj_per_frame"] is not None  # NVML through the one sampler
+    assert len(_jsonl(out)) == 30
+
+
+def test_sigterm_during_gpu_processing_flushes_everything(assets: Path, tmp_path: Path) -> None:
+    """SIGTERM: exit 0, every JSONL line whole, and the mp4 has exactly the frames the JSONL has."""
+    cv2 = pytest.importorskip("cv2")
+    events, video = tmp_path / "e.jsonl", tmp_path / "out.mp4"
+    proc = _cli("--processing", "gpu", "--json", "--loop", "--model", str(assets / "models" / "detection" / YOLOV8),
+                "--source", str(assets / "video" / "vtest.avi"), "--sink", f"jsonl://{events}", "--sink", str(video))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["stopped_by"] == "SIGTERM" and summary["processing"] == "gpu"
+    lines = _jsonl(events)
+    cap = cv2.VideoCapture(str(video))
+    written = 0
+    while cap.read()[0]:
+        written += 1
+    cap.release()
+    assert len(lines) == summary["frames"] == written > 0
+    assert summary["drops"] == {}
+
+
+def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_path: Path) -> None:
+    from tests.service.conftest import NotifyReceiver
+
+    receiver = NotifyReceiver(f"@edgert-gpu-{os.getpid()}")
+    try:
+        env = {**os.environ, "NOTIFY_SOCKET": receiver.address, "WATCHDOG_USEC": "1000000"}
+        proc = _cli("--processing", "gpu", "--loop", "--model", str(assets / "models" / "detection" / NANODET),
+                    "--source", str(assets / "video" / "vtest.avi"), env=env)
+        receiver.wait_for("READY", timeout=120)
+        receiver.wait_for("WATCHDOG", count=4, timeout=30)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr[-2000:]
+        stopping = receiver.wait_for("STOPPING", timeout=5)
+        assert stopping[0][0] >= sent and "SIGTERM" in stopping[0][1].get("STATUS", "")
+    finally:
+        receiver.close()

@@ -106,7 +106,7 @@ def test_resolve_processing_cpu_backend(media: dict[str, Path]) -> None:
     assert resolve_processing(PipelineConfig(model=model))[:2] == ("onnxruntime", "cpu")
     with pytest.raises(ConfigError, match="backend onnxruntime runs on the CPU"):
         resolve_processing(PipelineConfig(model=model, runtime=RuntimeConfig(processing="gpu")))
-    with pytest.raises(ConfigError, match="runtime.memory"):
+    with pytest.raises(ConfigError, match=r"runtime\.memory"):
         resolve_processing(PipelineConfig(model=model, runtime=RuntimeConfig(processing="cpu", memory="pinned")))
 
 
