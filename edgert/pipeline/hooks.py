@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 _WATTS_EVERY = 10
 
 
-def open_power_sampler(config: PipelineConfig) -> Any:
-    """A started :class:`~edgert.power.sampler.PowerSampler` on ``power.meter``, or None without a meter."""
+def open_power_sampler(config: PipelineConfig, start: bool = True) -> Any:
+    """A :class:`~edgert.power.sampler.PowerSampler` on ``power.meter`` (started unless ``start`` is False),
+    or None when this machine has no meter."""
     from edgert.power.meters import open_meter
     from edgert.power.sampler import PowerSampler
 
@@ -40,7 +41,8 @@ def open_power_sampler(config: PipelineConfig) -> Any:
         if not meter.available:
             meter.close()
             return None
-        return PowerSampler(meter, hz=config.power.sample_hz).start()
+        sampler = PowerSampler(meter, hz=config.power.sample_hz)
+        return sampler.start() if start else sampler
     except EdgertError as exc:
         log.info("no power readings: %s", exc)
         return None
@@ -104,7 +106,8 @@ class RunHooks:
             self.admit = self._controller.admit
             self.observers.append(PowerWatts(self._controller.sampler, config.power.rail, count_frames=False))
             return
-        self._sampler = open_power_sampler(config)
+        # Started by begin(), when frames start: energy per frame should not carry the model's loading.
+        self._sampler = open_power_sampler(config, start=False)
         if self._sampler is not None:
             self._closers.append(self._sampler.stop)
             self.observers.append(PowerWatts(self._sampler, config.power.rail, count_frames=True))
@@ -118,6 +121,16 @@ class RunHooks:
         self._closers.append(server.close)
         self.observers.append(observer)
         self.metrics_url = server.url
+
+    def begin(self) -> None:
+        """Frames are about to flow: the energy interval opens (a budget controller starts at its first admit)."""
+        if self._sampler is not None:
+            self._sampler.start()
+
+    def end(self) -> None:
+        """The last frame is through: the energy interval closes."""
+        if self._sampler is not None:
+            self._sampler.stop()
 
     def power_summary(self) -> dict[str, Any] | None:
         if self._controller is not None:

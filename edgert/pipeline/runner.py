@@ -264,6 +264,8 @@ class Pipeline:
             for name, fn, args in stages
         ]
         restore = self._install_signals()
+        if self._hooks is not None:
+            self._hooks.begin()
         try:
             for t in threads:
                 t.start()
@@ -277,6 +279,8 @@ class Pipeline:
                             log.warning("thread %s did not stop in time; leaving it", t.name)
                             break
         finally:
+            if self._hooks is not None:
+                self._hooks.end()
             restore()
 
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
