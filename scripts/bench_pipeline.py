@@ -1,24 +1,25 @@
 #!/usr/bin/env python3
-"""How close does the full pipeline get to the bare engine? Measured in one run, on one session.
+"""How close does ``edgert run`` get to plain ONNX Runtime? Measured in one run, on one machine.
 
-For each ONNX Runtime thread count asked for (``--threads 0,1,2``) and each repeat:
+For each repeat, alternating so background load hits both alike:
 
-1. *bare*: ``session.infer()`` on frames of the video that were preprocessed beforehand (the input
-   copied into the session's buffer with ``np.copyto`` before each call, as the pipeline's infer stage
-   does): the most the engine can do with this model here;
-2. *pipeline*: ``edgert.pipeline.Pipeline`` on the same session (same model, same threads): decode the
-   video, preprocess, infer, decode boxes + NMS, in four threads (no sinks unless ``--sink``);
+1. *bare*: what a user gets from plain ONNX Runtime: ``onnxruntime.InferenceSession(model)`` with its
+   default options, ``session.run(None, {input: x})`` on a letterboxed frame of the video, same model and
+   input size; nothing else (no video decoding, no preprocessing, no NMS);
+2. *pipeline*: ``edgert.pipeline.Pipeline`` with the product's defaults, exactly what ``edgert run --model M
+   --source VIDEO`` runs (processing auto -> the CPU processor here, its default slots and threads): decode the
+   video live, letterbox, infer, decode boxes + NMS (no sinks unless ``--sink``);
 
-and prints pipeline FPS / bare FPS (target >= 0.9). Bare and pipeline runs alternate, so background
-load hits both alike; the spread over repeats is reported. The CPU time per frame of each (all threads
-of the process) shows what the pipeline adds independently of other load on the machine.
+and prints pipeline FPS / bare FPS (target >= 0.9) with the spread over repeats, plus the CPU time per frame
+of each. Then:
 
-Then one more pipeline run under ``tracemalloc`` measures Python allocation in steady state: the net
-growth of traced memory per frame between frame ``--warm`` and the last frame (a leak or a growing
-buffer shows here), and the peak above that steady level (the largest transient, e.g. a frame copy).
+- allocation: one more pipeline run under ``tracemalloc``: net growth of traced memory per frame after
+  ``--warm`` frames (a leak shows here) and the largest transient above the steady level;
+- peak RSS (``--rss``): a fresh process runs the pipeline over the video looped for ``--rss-frames`` frames
+  and reports ``ru_maxrss`` after 1 000 frames and at the end (target: within 8 MB).
 
     .venv/bin/python scripts/bench_pipeline.py                       # nanodet on vtest.avi
-    .venv/bin/python scripts/bench_pipeline.py --threads 1,2 --repeats 5 --frames 400
+    .venv/bin/python scripts/bench_pipeline.py --repeats 5 --frames 400 --rss
     .venv/bin/python scripts/bench_pipeline.py --model ../shared/assets/models/detection/yolov3-tiny-coco-416.onnx
 """
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,18 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import RssProbe, assets_dir, machine_info, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig  # noqa: E402
-from edgert.pipeline import BaseObserver, Pipeline, PipelineStats  # noqa: E402
-from edgert.vision.detector import Detector  # noqa: E402
-from edgert.vision.sources import open_source  # noqa: E402
-
-
-def assets_dir() -> Path:
-    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
+from edgert.vision.detector import Detector
+from edgert.vision.sources import open_source
 
 
 def preprocessed_frames(detector: Detector, video: str, count: int) -> list[np.ndarray]:
@@ -77,13 +71,53 @@ def bare_fps(detector: Detector, inputs: list[np.ndarray], frames: int) -> tuple
     return frames / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / frames
 
 
-def pipeline_run(detector: Detector, config: PipelineConfig, sinks: list[str],
+def plain_ort_fps(model: str, x: np.ndarray, frames: int) -> tuple[float, float]:
+    """``InferenceSession(model).run`` with ONNX Runtime's default options: FPS and CPU ms per frame."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    for _ in range(5):
+        sess.run(None, {name: x})
+    started, cpu = time.perf_counter(), time.process_time()
+    for _ in range(frames):
+        sess.run(None, {name: x})
+    return frames / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / frames
+
+
+def pipeline_run(detector: Detector | None, config: PipelineConfig, sinks: list[str],
                  observers: list[Any] | None = None) -> dict[str, Any]:
     cpu = time.process_time()
     summary = Pipeline(config, detector=detector, sinks=sinks, observers=observers or [],
                        handle_signals=False).run()
     summary["cpu_ms_per_frame"] = (time.process_time() - cpu) * 1000 / max(1, summary["frames"])
     return summary
+
+
+def rss_run(model: str, video: str, frames: int, marks: tuple[int, ...]) -> dict[str, Any]:
+    """The default pipeline over the looped video; peak RSS at ``marks`` (call in a fresh process)."""
+    probe = RssProbe(marks)
+    config = PipelineConfig(model=ModelConfig(path=model), source=SourceConfig(uri=video, loop=True),
+                            runtime=RuntimeConfig(max_frames=frames))
+    summary = Pipeline(config, observers=[probe], handle_signals=False).run()
+    return {"frames": summary["frames"], "fps": summary["fps"], "slots": summary["slots"],
+            "peak_rss_kib": {str(k): v for k, v in sorted(probe.peak_kib.items())}}
+
+
+def rss_subprocess(model: str, video: str, frames: int) -> dict[str, Any]:
+    import subprocess
+
+    here = str(Path(__file__).parent)
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); import bench_pipeline as b; "
+            f"print(json.dumps(b.rss_run({model!r}, {video!r}, {frames}, (1000, {frames}))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-500:]}
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    peaks = out["peak_rss_kib"]
+    if "1000" in peaks and str(frames) in peaks:
+        out["growth_mib"] = round((peaks[str(frames)] - peaks["1000"]) / 1024, 2)
+    return out
 
 
 class AllocationProbe(BaseObserver):
@@ -105,7 +139,8 @@ class AllocationProbe(BaseObserver):
             self.peak_after_warm = max(self.peak_after_warm, peak)
 
 
-def measure_allocation(detector: Detector, config: PipelineConfig, sinks: list[str], warm: int) -> dict[str, Any]:
+def measure_allocation(detector: Detector | None, config: PipelineConfig, sinks: list[str],
+                       warm: int) -> dict[str, Any]:
     probe = AllocationProbe(warm)
     tracemalloc.start()
     try:
@@ -210,96 +245,71 @@ def main() -> int:
     p.add_argument("--video", default=str(assets / "video/vtest.avi"))
     p.add_argument("--frames", type=int, default=300, help="frames per measurement (the video has 795)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", default="0,1,2", help="ONNX Runtime intra-op threads to try (0: its default)")
-    p.add_argument("--queue-size", type=int, default=4, help="frames in flight (runtime.queue_size)")
+    p.add_argument("--slots", type=int, default=None, help="runtime.slots for the pipeline (default: edgert's)")
     p.add_argument("--sink", action="append", default=[], help="sinks for the pipeline runs (default: none)")
     p.add_argument("--warm", type=int, default=50, help="frames before the allocation measurement starts")
-    p.add_argument("--switch-interval", type=float, default=None,
-                   help="sys.setswitchinterval (seconds) for the whole run; default: Python's 0.005")
+    p.add_argument("--rss", action="store_true", help="also measure peak RSS over --rss-frames looped frames")
+    p.add_argument("--rss-frames", type=int, default=8000)
     p.add_argument("--ort-spinning", action="store_true",
                    help="also measure raw ONNX Runtime with intra-op spin-waiting on and off")
     p.add_argument("--overhead", action="store_true",
                    help="also run the pipeline with a near-free model: how fast it can feed any engine here")
     p.add_argument("--out", default="out/bench_pipeline.json")
     args = p.parse_args()
-    if args.switch_interval is not None:
-        sys.setswitchinterval(args.switch_interval)
     if not Path(args.model).is_file() or not Path(args.video).is_file():
         print(f"bench_pipeline: model or video not found ({args.model}, {args.video}); set EDGERT_ASSETS",
               file=sys.stderr)
         return 1
 
-    results: dict[str, Any] = {
-        "model": args.model, "video": args.video, "frames": args.frames, "repeats": args.repeats,
-        "queue_size": args.queue_size, "sinks": args.sink, "switch_interval_s": sys.getswitchinterval(),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor(),
-                    "loadavg_start": list(os.getloadavg())},
-        "settings": [],
+    results: dict[str, Any] = {"model": args.model, "video": args.video, "frames": args.frames,
+                               "repeats": args.repeats, "sinks": args.sink, "machine": machine_info()}
+    config = PipelineConfig(model=ModelConfig(path=args.model), source=SourceConfig(uri=args.video),
+                            runtime=RuntimeConfig(max_frames=args.frames, slots=args.slots))
+    with Detector(args.model, PipelineConfig(model=ModelConfig(path=args.model, backend="onnxruntime"))) as det:
+        x = preprocessed_frames(det, args.video, 1)[0]
+    bare, piped, ratios, bare_cpu, pipe_cpu = [], [], [], [], []
+    stage_p50: dict[str, list[float]] = {}
+    slots = threads = None
+    for _ in range(args.repeats):
+        b, b_cpu = plain_ort_fps(args.model, x, args.frames)
+        summary = pipeline_run(None, config, args.sink)
+        slots, threads = summary["slots"], (summary["processor"] or {}).get("threads_per_slot")
+        bare.append(b)
+        bare_cpu.append(b_cpu)
+        piped.append(summary["fps"])
+        pipe_cpu.append(summary["cpu_ms_per_frame"])
+        ratios.append(summary["fps"] / b)
+        for stage, q in summary["latency_ms"].items():
+            stage_p50.setdefault(stage, []).append(q["p50"])
+        print(f"bare (plain InferenceSession.run) {b:.2f} fps, edgert pipeline {summary['fps']:.2f} fps "
+              f"({summary['processing']}, {slots} slots x {threads} threads): ratio {summary['fps'] / b:.3f}",
+              flush=True)
+    results["default"] = {
+        "slots": slots, "threads_per_slot": threads,
+        "bare_fps": [round(v, 2) for v in bare], "pipeline_fps": [round(v, 2) for v in piped],
+        "ratio": [round(v, 3) for v in ratios], "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
+        "bare_cpu_ms_per_frame_median": round(statistics.median(bare_cpu), 2),
+        "pipeline_cpu_ms_per_frame_median": round(statistics.median(pipe_cpu), 2),
+        "stage_p50_ms_median": {k: round(statistics.median(v), 2) for k, v in stage_p50.items()},
     }
-    best: dict[str, Any] | None = None
-    for threads in [int(t) for t in args.threads.split(",")]:
-        config = PipelineConfig(
-            model=ModelConfig(path=args.model, threads=threads),
-            source=SourceConfig(uri=args.video),
-            runtime=RuntimeConfig(max_frames=args.frames, queue_size=args.queue_size, warmup=5),
-        )
-        with Detector(args.model, config) as detector:
-            inputs = preprocessed_frames(detector, args.video, 16)
-            bare, piped, ratios, bare_cpu, pipe_cpu = [], [], [], [], []
-            stage_p50: dict[str, list[float]] = {}
-            for _ in range(args.repeats):
-                b, b_cpu = bare_fps(detector, inputs, args.frames)
-                summary = pipeline_run(detector, config, args.sink)
-                bare.append(b)
-                bare_cpu.append(b_cpu)
-                pipe_cpu.append(summary["cpu_ms_per_frame"])
-                piped.append(summary["fps"])
-                ratios.append(summary["fps"] / b)
-                for stage, q in summary["latency_ms"].items():
-                    stage_p50.setdefault(stage, []).append(q["p50"])
-            entry = {
-                "threads": threads,
-                "bare_fps": [round(x, 2) for x in bare],
-                "pipeline_fps": [round(x, 2) for x in piped],
-                "ratio": [round(x, 3) for x in ratios],
-                "ratio_median": round(statistics.median(ratios), 3),
-                "ratio_min": round(min(ratios), 3),
-                "ratio_max": round(max(ratios), 3),
-                "bare_fps_median": round(statistics.median(bare), 2),
-                "pipeline_fps_median": round(statistics.median(piped), 2),
-                "stage_p50_ms_median": {k: round(statistics.median(v), 2) for k, v in stage_p50.items()},
-                # CPU time is what the pipeline adds, whatever else the machine is doing (FPS is not).
-                "bare_cpu_ms_per_frame_median": round(statistics.median(bare_cpu), 2),
-                "pipeline_cpu_ms_per_frame_median": round(statistics.median(pipe_cpu), 2),
-            }
-            results["settings"].append(entry)
-            print(f"threads={threads}: bare {entry['bare_fps']} fps, pipeline {entry['pipeline_fps']} fps, "
-                  f"ratio median {entry['ratio_median']} (min {entry['ratio_min']}, max {entry['ratio_max']}); "
-                  f"CPU ms/frame bare {entry['bare_cpu_ms_per_frame_median']} pipeline "
-                  f"{entry['pipeline_cpu_ms_per_frame_median']}; stage p50 ms {entry['stage_p50_ms_median']}",
-                  flush=True)
-            if best is None or entry["pipeline_fps_median"] > best["pipeline_fps_median"]:
-                best = entry
-                results["allocation"] = measure_allocation(detector, config, args.sink, args.warm)
-                results["allocation"]["threads"] = threads
-
+    d = results["default"]
+    print(f"pipeline/bare ratio median {d['ratio_median']} (min {d['ratio_min']}, max {d['ratio_max']}; "
+          f"target >= 0.9); CPU ms/frame bare {d['bare_cpu_ms_per_frame_median']} pipeline "
+          f"{d['pipeline_cpu_ms_per_frame_median']}", flush=True)
+    results["allocation"] = measure_allocation(None, config, args.sink, args.warm)
+    alloc = results["allocation"]
+    print(f"allocation: {alloc.get('net_bytes_per_frame')} B/frame net over {alloc.get('frames_measured')} frames, "
+          f"peak {alloc.get('peak_above_steady_bytes')} B above steady state", flush=True)
+    if args.rss:
+        results["rss"] = rss_subprocess(args.model, args.video, args.rss_frames)
+        print(f"peak RSS: {results['rss']}", flush=True)
     if args.overhead:
-        results["overhead"] = overhead_run(args.video, 795, args.queue_size, args.sink)
+        results["overhead"] = overhead_run(args.video, 795, 4, args.sink)
     if args.ort_spinning:
         results["ort_spinning"] = ort_spinning_check(args.model, min(args.frames, 60))
-    assert best is not None
-    results["best"] = {"threads": best["threads"], "pipeline_fps": best["pipeline_fps_median"],
-                       "bare_fps": best["bare_fps_median"], "ratio": best["ratio_median"]}
     results["machine"]["loadavg_end"] = list(os.getloadavg())
-    alloc = results["allocation"]
-    print(f"best: threads={best['threads']}: pipeline {best['pipeline_fps_median']} fps vs bare "
-          f"{best['bare_fps_median']} fps, ratio {best['ratio_median']} (target >= 0.9)")
-    print(f"allocation (threads={alloc.get('threads')}): {alloc.get('net_bytes_per_frame')} B/frame net over "
-          f"{alloc.get('frames_measured')} frames, peak {alloc.get('peak_above_steady_bytes')} B above steady state")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_json(args.out, results)}")
     return 0
 
 
