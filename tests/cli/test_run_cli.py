@@ -142,10 +142,10 @@ def test_annotated_video_sink(media: dict[str, Path], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_cleanly_and_flushes(media: dict[str, Path], tmp_path: Path, sig: signal.Signals) -> None:
-    events = tmp_path / "events.jsonl"
+    events, video = tmp_path / "events.jsonl", tmp_path / "out.mp4"
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgert.cli.main", "run", "--model", str(media["model"]), "--source",
-         str(media["video"]), "--loop", "--sink", f"jsonl://{events}", "--json"],
+         str(media["video"]), "--loop", "--sink", f"jsonl://{events}", "--sink", str(video), "--json"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
     )
     try:
@@ -164,7 +164,14 @@ def test_signal_stops_cleanly_and_flushes(media: dict[str, Path], tmp_path: Path
     assert summary["stopped_by"] == sig.name
     text = events.read_text()
     assert text.endswith("\n")
-    assert len(text.splitlines()) == summary["frames"]  # every finished frame reached the sink
+    lines = [json.loads(line) for line in text.splitlines()]  # every line whole
+    assert len(lines) == summary["frames"]  # every finished frame reached the sink
+    cap = cv2.VideoCapture(str(video))  # the video is finalised and has exactly those frames
+    written = 0
+    while cap.read()[0]:
+        written += 1
+    cap.release()
+    assert written == summary["frames"] and summary["drops"] == {}
 
 
 # -- demo -----------------------------------------------------------------------------------------
