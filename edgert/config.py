@@ -41,6 +41,8 @@ T = TypeVar("T")
 #: Upper bounds on counts that allocate per unit (frame buffers, sessions).
 MAX_QUEUE_SIZE = 64
 MAX_SLOTS = 16
+MAX_BATCH = 64
+MAX_SOURCES = 64
 
 
 class FieldError(ValueError):
@@ -119,6 +121,8 @@ class SourceConfig:
     sensor_mode: int | None = None
     flip: int = 0
     preload: bool = False  # decode the whole file into memory before the clock starts (benchmarks)
+    name: str | None = None  # how results, events and statistics name this source; None: its index
+    sinks: tuple[str, ...] = ()  # sinks that get this source's frames only
 
     def __post_init__(self) -> None:
         if self.fourcc is not None:
@@ -146,6 +150,8 @@ class RuntimeConfig:
     memory: Literal["auto", "pinned", "zero-copy"] | None = None
     cuda_graph: bool | None = None
     metrics: str | None = None
+    batch: int | None = None
+    batch_timeout_ms: float = 10.0
 
     def __post_init__(self) -> None:
         _check(self.queue_size >= 1, "queue_size", f"expected >= 1, got {self.queue_size}")
@@ -156,6 +162,10 @@ class RuntimeConfig:
         _check(self.warmup >= 0, "warmup", f"expected a number >= 0, got {self.warmup}")
         if self.slots is not None:
             _check(1 <= self.slots <= MAX_SLOTS, "slots", f"expected 1..{MAX_SLOTS}, got {self.slots}")
+        if self.batch is not None:
+            _check(1 <= self.batch <= MAX_BATCH, "batch", f"expected 1..{MAX_BATCH}, got {self.batch}")
+        _check(0 <= self.batch_timeout_ms <= 10_000, "batch_timeout_ms",
+               f"expected 0..10000 milliseconds, got {self.batch_timeout_ms}")
 
 
 @dataclass(frozen=True)
@@ -254,10 +264,24 @@ class PipelineConfig:
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
+    sources: tuple[SourceConfig, ...] = ()  # several sources in one pipeline (then ``source`` stays unset)
     sinks: tuple[str, ...] = ()
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
+
+    def __post_init__(self) -> None:
+        if self.sources:
+            _check(len(self.sources) <= MAX_SOURCES, "sources",
+                   f"expected at most {MAX_SOURCES} sources, got {len(self.sources)}")
+            _check(not self.source.uri, "source", "give either source or sources, not both")
+            names = [s.name for s in self.sources if s.name is not None]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            _check(not dup, "sources", f"source names must differ; {', '.join(dup)} appears more than once")
+
+    def all_sources(self) -> tuple[SourceConfig, ...]:
+        """``sources``, or the one ``source``."""
+        return self.sources if self.sources else (self.source,)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -390,6 +414,8 @@ def _convert(tp: Any, value: Any, where: _Where, path: tuple[str, ...]) -> Any:
             noun = "numbers" if all(a in (int, float) for a in args) else "items"
             raise where.error(path, f"expected {len(args)} {noun}, got {len(value)}")
         return tuple(_convert(a, v, where, (*path, str(i))) for i, (a, v) in enumerate(zip(args, value)))
+    if tp is SourceConfig and isinstance(value, str):
+        return SourceConfig(uri=value)  # a source given as its URI alone
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where, path)  # type: ignore[arg-type]
     if tp is bool:

@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="ONNX model or engine (overrides model.path)")
     p.add_argument("--config", help="pipeline YAML (task, model, preprocess, decode, source, sinks, runtime, power)")
-    p.add_argument("--source", help="input URI (overrides source.uri)")
+    p.add_argument("--source", action="append", default=None, metavar="URI",
+                   help="input URI (overrides source.uri); repeat it for several sources in one pipeline")
     p.add_argument("--sink", action="append", default=None, metavar="URI",
                    help="output URI, repeatable (replaces the config's sinks)")
     p.add_argument("--task", choices=["detect", *SPEECH_TASKS], help="override the config's task")
@@ -61,6 +62,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU processing: frame memory, zero-copy (mapped, Jetson) or pinned copies; auto by device")
     g.add_argument("--cuda-graph", action="store_true", default=None,
                    help="GPU processing: replay the model as a CUDA graph (ORT enable_cuda_graph)")
+    g.add_argument("--batch", type=int, metavar="N",
+                   help="frames per engine call across sources (runtime.batch; default: the number of sources)")
+    g.add_argument("--batch-timeout-ms", type=float, metavar="MS",
+                   help="how long a batch waits for slower sources (runtime.batch_timeout_ms, default 10)")
     g.add_argument("--preload", action="store_true",
                    help="decode the whole file source into memory before the clock starts (benchmarks)")
 
@@ -104,15 +109,25 @@ def build_config(args: argparse.Namespace) -> Any:
     from edgert.errors import ConfigError
 
     config = load_config(args.config) if args.config else PipelineConfig()
-    for name in ("max_frames", "threads", "queue_size", "slots"):
+    for name in ("max_frames", "threads", "queue_size", "slots", "batch"):
         value = getattr(args, name, None)
         if value is not None and value < 0:
             raise ConfigError(f"--{name.replace('_', '-')}: expected a number >= 0, got {value}")
     model = _replace(config.model, {"threads": "--threads", "path": "--model", "backend": "--backend"},
                      path=args.model, backend=args.backend, threads=args.threads)
     decode = _replace(config.decode, {"conf": "--conf", "iou": "--iou"}, conf=args.conf, iou=args.iou)
-    source = _replace(config.source, {}, uri=args.source, loop=True if args.loop else None,
-                      preload=True if getattr(args, "preload", False) else None)
+    uris = list(args.source or [])
+    loop = True if args.loop else None
+    preload = True if getattr(args, "preload", False) else None
+    source, sources = config.source, config.sources
+    if len(uris) > 1 or (uris and sources):  # several sources: each takes the config's source settings
+        base = sources[0] if sources else config.source
+        sources = tuple(dataclasses.replace(base, uri=u, name=None, sinks=()) for u in uris) if uris else sources
+        source = dataclasses.replace(config.source, uri="")
+    elif uris:
+        source = _replace(source, {}, uri=uris[0])
+    source = _replace(source, {}, loop=loop, preload=preload) if source.uri else source
+    sources = tuple(_replace(s, {}, loop=loop, preload=preload) for s in sources)
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):
         if processing not in (None, "gpu"):
@@ -122,12 +137,13 @@ def build_config(args: argparse.Namespace) -> Any:
                                         "metrics": "--metrics"},
                        max_frames=args.max_frames, queue_size=args.queue_size, processing=processing,
                        slots=getattr(args, "slots", None), memory=getattr(args, "memory", None),
-                       cuda_graph=getattr(args, "cuda_graph", None), metrics=getattr(args, "metrics", None))
+                       cuda_graph=getattr(args, "cuda_graph", None), metrics=getattr(args, "metrics", None),
+                       batch=getattr(args, "batch", None), batch_timeout_ms=getattr(args, "batch_timeout_ms", None))
     power = _replace(config.power, {"budget_w": "--power-budget", "rail": "--rail"},
                      budget_w=args.power_budget, rail=args.rail)
     sinks = tuple(args.sink) if args.sink is not None else None
-    return _replace(config, {}, task=args.task, model=model, decode=decode, source=source, runtime=runtime,
-                    power=power, sinks=sinks)
+    return _replace(config, {}, task=args.task, model=model, decode=decode, source=source, sources=sources,
+                    runtime=runtime, power=power, sinks=sinks)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,12 +161,24 @@ def format_summary(summary: dict[str, Any]) -> str:
     lat = summary.get("latency_ms", {})
     src = summary.get("source") or {}
     rate = f", {float(src['fps']):g} fps" if src.get("fps") else ""
+    batch = f", batch {summary['batch']}" if (summary.get("batch") or 1) > 1 else ""
     lines = [
         f"model      {summary.get('model')} ({summary.get('backend')}, {summary.get('processing')} processing, "
-        f"{summary.get('slots')} slots)",
-        f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})",
-        f"frames     {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})",
+        f"{summary.get('slots')} slots{batch})",
     ]
+    sources = summary.get("sources") or []
+    if len(sources) > 1:
+        for one in sources:
+            drops = sum((one.get("drops") or {}).values())
+            extra = f", {one['error']}" if one.get("error") else ""
+            lines.append(f"source     {one.get('name')}: {one.get('uri')}: {one.get('frames')} frames at "
+                         f"{one.get('fps')} fps, {drops} dropped, {one.get('reconnects', 0)} reconnects "
+                         f"({one.get('ended')}{extra})")
+    else:
+        lines.append(f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})")
+    lines.append(f"frames     {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
+    if summary.get("batch_note"):
+        lines.append(f"batching   {summary['batch_note']}")
     for stage in ("capture", "preprocess", "infer", "postprocess", "sinks", "total"):
         q = lat.get(stage)
         if q:
@@ -202,7 +230,7 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
 
     if not config.model.path:
         raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
-    if not config.source.uri:
+    if not config.source.uri and not config.sources:
         raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
     observers = list(extra_observers or [])
     if sys.stderr.isatty() and not getattr(args, "json", False):

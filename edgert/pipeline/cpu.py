@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,27 +39,36 @@ _PRE, _INFER, _POST = STAGES.index("preprocess"), STAGES.index("infer"), STAGES.
 
 
 class CpuSlot(ProcessorSlot):
-    """One session fork with its own preprocessor and decoder."""
+    """One session fork with its own preprocessor and decoder; ``batch`` frames per engine call."""
 
     def __init__(self, session: Any, preprocessor: Preprocessor, decoder: Decoder, input_name: str,
-                 owned: bool) -> None:
+                 owned: bool, batch: int = 1) -> None:
         self.session = session
         self.preprocessor = preprocessor
         self.decoder = decoder
         self.input = session.inputs[input_name]
+        self.batch = batch
+        # Where each sample of a batch is letterboxed: the whole input at batch 1, else one row of it.
+        self._targets = [self.input] if batch == 1 else [self.input[i] for i in range(batch)]
         self._owned = owned
 
-    def process(self, frame: np.ndarray, timings: np.ndarray) -> Detections:
-        t0 = time.perf_counter()
-        transform = self.preprocessor(frame, self.input)
+    def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
+        transforms = []
+        for frame, target, timing in zip(frames, self._targets, timings):
+            t0 = time.perf_counter()
+            transforms.append(self.preprocessor(frame, target))
+            timing[_PRE] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        outputs = self.session.infer()
-        t2 = time.perf_counter()
-        detections = self.decoder(outputs, transform)
-        timings[_PRE] = t1 - t0
-        timings[_INFER] = t2 - t1
-        timings[_POST] = time.perf_counter() - t2
-        return detections
+        outputs = self.session.infer()  # samples past len(frames) hold stale inputs; their outputs are ignored
+        infer = time.perf_counter() - t1
+        out = []
+        for i, (transform, timing) in enumerate(zip(transforms, timings)):
+            t2 = time.perf_counter()
+            sample = outputs if self.batch == 1 else {name: value[i:i + 1] for name, value in outputs.items()}
+            out.append(self.decoder(sample, transform))
+            timing[_INFER] = infer
+            timing[_POST] = time.perf_counter() - t2
+        return out
 
     def close(self) -> None:
         if self._owned:
@@ -74,9 +84,9 @@ class CpuProcessor(Processor):
 
     kind = "cpu"
 
-    def __init__(self, config: PipelineConfig, backend: str, detector: Any = None) -> None:
+    def __init__(self, config: PipelineConfig, backend: str, detector: Any = None, batch: int = 1) -> None:
         super().__init__()
-        from edgert.vision.detector import Detector, concrete_output_specs
+        from edgert.vision.detector import Detector
 
         wanted = slots_wanted(config, "cpu")
         self._owns_detector = detector is None
@@ -85,8 +95,10 @@ class CpuProcessor(Processor):
             if backend == "onnxruntime" and not threads:
                 threads = max(1, (os.cpu_count() or 1) // wanted)
             model = dataclasses.replace(config.model, threads=threads)
-            detector = Detector(config.model.path, dataclasses.replace(config, model=model), backend=backend)
+            detector = Detector(config.model.path, dataclasses.replace(config, model=model), backend=backend,
+                                batch=batch)
         self.detector = detector
+        self.batch = int(getattr(detector, "batch", 1))
         self.threads = detector.config.model.threads
         session = detector.session
         self.names = tuple(detector.names)
@@ -96,7 +108,8 @@ class CpuProcessor(Processor):
         self.input_shape, self.input_dtype = tuple(buf.shape), str(buf.dtype)
         self.decoder_kind = detector.decoder.kind
         try:
-            self.slots.append(CpuSlot(session, detector.preprocessor, detector.decoder, self.input_name, owned=False))
+            self.slots.append(CpuSlot(session, detector.preprocessor, detector.decoder, self.input_name, owned=False,
+                                      batch=self.batch))
             for _ in range(wanted - 1):
                 try:
                     fork = session.fork()
@@ -104,8 +117,8 @@ class CpuProcessor(Processor):
                     log.info("one slot only: %s", exc)
                     break
                 preprocessor = Preprocessor(detector.config.preprocess, detector.preprocessor.spec, fork.metadata)
-                decoder = make_decoder(detector.config.decode, concrete_output_specs(fork), fork.metadata)
-                self.slots.append(CpuSlot(fork, preprocessor, decoder, self.input_name, owned=True))
+                decoder = make_decoder(detector.config.decode, detector.output_specs, fork.metadata)
+                self.slots.append(CpuSlot(fork, preprocessor, decoder, self.input_name, owned=True, batch=self.batch))
         except BaseException:
             self.close()
             raise
@@ -117,7 +130,7 @@ class CpuProcessor(Processor):
                 slot.session.infer()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "slots": len(self.slots), "threads_per_slot": self.threads,
+        return {"kind": self.kind, "slots": len(self.slots), "batch": self.batch, "threads_per_slot": self.threads,
                 "decoder": self.decoder_kind}
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -38,7 +39,7 @@ from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
 from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
-from edgert.vision.detector import concrete_output_specs, image_input
+from edgert.vision.detector import image_input, sample_output_specs
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections
 from edgert.vision.gpu_preprocess import GpuLetterbox, LetterboxPlan
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
@@ -76,50 +77,72 @@ def choose_memory_mode(requested: str, integrated: bool, can_map: bool) -> str:
     return "zero-copy" if integrated and can_map else "pinned"
 
 
+class _Staging:
+    """One sample's page-locked frame bytes (mapped when zero-copy) and, with pinned copies, its device copy."""
+
+    def __init__(self) -> None:
+        self.host: np.ndarray | None = None
+        self.ptr = 0  # device address the letterbox kernel reads
+        self.device_copy: Any = None
+
+    def ensure(self, device: Any, nbytes: int, zero_copy: bool) -> None:
+        if self.host is not None and self.host.nbytes >= nbytes:
+            return  # once per frame size: a camera's frames all have one
+        with device.active():
+            self.free()
+            self.host = device.pinned_empty((nbytes,), np.uint8, mapped=zero_copy)
+            if zero_copy:
+                self.ptr = device.device_pointer_of_mapped(self.host)
+            else:
+                self.device_copy = device.alloc(nbytes)
+                self.ptr = self.device_copy.ptr
+
+    def free(self) -> None:
+        if self.device_copy is not None:
+            self.device_copy.free()
+            self.device_copy = None
+        self.host = None
+
+
 class GpuSlot(ProcessorSlot):
-    """One session + stream + buffers; used by exactly one pipeline thread at a time."""
+    """One session + stream + buffers for ``batch`` frames per call; used by exactly one pipeline thread."""
 
     def __init__(self, proc: GpuProcessor, session: Any) -> None:
         self.proc = proc
         self.session = session
+        self.batch = proc.batch
         self.device = session.device
         self.stream = session.stream
-        self.input_ptr = session.device_inputs[proc.input_name].ptr
+        name = proc.input_name
+        self.input_ptr = session.device_inputs[name].ptr
+        self.input_stride = session.inputs[name].nbytes // self.batch  # bytes of one sample
         self.output_name = proc.output_name
+        out = session.outputs[self.output_name]
+        self.output_ptr = session.device_outputs[self.output_name].ptr
+        self.output_stride = out.nbytes // self.batch
         self.zero_copy = proc.memory_mode == "zero-copy"
-        self.staging: np.ndarray | None = None  # flat page-locked bytes (mapped when zero-copy)
-        self.staging_ptr = 0  # device address of the staging bytes (zero-copy) or of the device copy
-        self.frame_buf: Any = None  # device copy of the frame (pinned mode)
+        self.staging = [_Staging() for _ in range(self.batch)]
         # The decoder keeps scratch buffers, so each slot has its own (the host fallback uses it too).
         self.decoder: Decoder = make_decoder(proc.config.decode, proc.output_specs, session.metadata)
-        self.filter: GpuCandidateFilter | None = None
+        self.filters: list[GpuCandidateFilter] = []
         with self.device.active():
             self.events = [self.device.event() for _ in range(5)]
             if proc.gpu_decode:
-                shape = tuple(session.outputs[self.output_name].shape)
-                self.filter = GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
-                                                 mapped=self.zero_copy)
-        # Per-stage GPU times of the recent frames, in fixed rings (nothing grows with the run's length).
+                shape = (1, *out.shape[1:])  # one sample's output
+                self.filters = [GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
+                                                   mapped=self.zero_copy) for _ in range(self.batch)]
+        # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
+
+    @property
+    def filter(self) -> GpuCandidateFilter | None:
+        """The first sample's candidate filter (checks and tests)."""
+        return self.filters[0] if self.filters else None
 
     def active(self) -> AbstractContextManager[Any]:
         return self.device.active()  # type: ignore[no-any-return]
 
-    def _ensure_staging(self, nbytes: int) -> None:
-        if self.staging is not None and self.staging.nbytes >= nbytes:
-            return
-        with self.device.active():
-            if self.frame_buf is not None:
-                self.frame_buf.free()
-                self.frame_buf = None
-            self.staging = self.device.pinned_empty((nbytes,), np.uint8, mapped=self.zero_copy)
-            if self.zero_copy:
-                self.staging_ptr = self.device.device_pointer_of_mapped(self.staging)
-            else:
-                self.frame_buf = self.device.alloc(nbytes)
-                self.staging_ptr = self.frame_buf.ptr
-
-    def _stage_in(self, frame: np.ndarray) -> tuple[int, int, np.ndarray]:
+    def _stage_in(self, frame: np.ndarray, k: int = 0) -> tuple[int, int, np.ndarray]:
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
             got = f"{frame.dtype}{list(frame.shape)}" if isinstance(frame, np.ndarray) else type(frame).__name__
             raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
@@ -127,69 +150,78 @@ class GpuSlot(ProcessorSlot):
         if h == 0 or w == 0:
             raise InputError(f"frame | Received an empty image {frame.shape}")
         nbytes = h * w * 3
-        self._ensure_staging(nbytes)  # once per frame size: a camera's frames all have one
-        staging = self.staging
-        if staging is None:  # pragma: no cover - _ensure_staging always sets it
+        staging = self.staging[k]
+        staging.ensure(self.device, nbytes, self.zero_copy)
+        host = staging.host
+        if host is None:  # pragma: no cover - ensure always sets it
             raise RuntimeError("staging buffer missing")
-        view = staging[:nbytes].reshape(h, w, 3)
+        view = host[:nbytes].reshape(h, w, 3)
         np.copyto(view, frame)
         return h, w, view
 
-    def process(self, frame: np.ndarray, timings: np.ndarray) -> Detections:
-        """One frame through the whole GPU path (called with the device context active)."""
+    def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
+        """Frames through the whole GPU path, one engine call (called with the device context active)."""
         from edgert.backends.cuda import copy_htod_async
 
         t0 = time.perf_counter()
-        h, w, view = self._stage_in(frame)
         s, ev = self.stream, self.events
+        views = [self._stage_in(frame, k) for k, frame in enumerate(frames)]
         ev[0].record(s)
         if not self.zero_copy:
-            copy_htod_async(self.staging_ptr, view, s)
+            for k, (_, _, view) in enumerate(views):
+                copy_htod_async(self.staging[k].ptr, view, s)
         ev[1].record(s)
-        transform = self.proc.letterbox(self.staging_ptr, h, w, self.input_ptr, s)
+        transforms = [self.proc.letterbox(self.staging[k].ptr, h, w, self.input_ptr + k * self.input_stride, s)
+                      for k, (h, w, _) in enumerate(views)]
         ev[2].record(s)
         t1 = time.perf_counter()
         self.session.compute_only()  # runs on self.stream and synchronises it
         ev[3].record(s)
         t2 = time.perf_counter()
-        filt = self.filter
-        if filt is not None:
-            filt.enqueue(self.session.device_outputs[self.output_name].ptr, s)
+        for k, filt in enumerate(self.filters[:len(frames)]):
+            filt.enqueue(self.output_ptr + k * self.output_stride, s)
         ev[4].record(s)
         s.synchronize()
-        det = self._finish(transform)
+        dets = self._finish(transforms)
         t3 = time.perf_counter()
         g = self.gpu_times
         g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
         g["preprocess"].add(ev[2].elapsed_ms(ev[1]) / 1e3)
         g["infer"].add(ev[3].elapsed_ms(ev[2]) / 1e3)
         g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
-        timings[_PRE] = t1 - t0  # host: staging copy and the enqueues (the GPU work itself is under gpu_ms)
-        timings[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
-        timings[_POST] = t3 - t2
-        return det
+        for timing in timings:
+            timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
+            timing[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
+            timing[_POST] = t3 - t2
+        return dets
 
-    def _finish(self, transform: LetterboxTransform) -> Detections:
-        filt = self.filter
-        if filt is not None:
-            rows = filt.rows()
-            if rows is not None:
-                return candidates_to_detections(rows, self.decoder, transform)
-        # Host decoding from the whole output (no GPU filter for this layout, or the buffer overflowed).
-        from edgert.backends.cuda import copy_dtoh_async
+    def _finish(self, transforms: list[LetterboxTransform]) -> list[Detections]:
+        out: list[Detections | None] = [None] * len(transforms)
+        for k, transform in enumerate(transforms):
+            if k < len(self.filters):
+                rows = self.filters[k].rows()
+                if rows is not None:
+                    out[k] = candidates_to_detections(rows, self.decoder, transform)
+        if any(d is None for d in out):
+            # Host decoding from the whole output (no GPU filter for this layout, or a buffer overflowed).
+            from edgert.backends.cuda import copy_dtoh_async
 
-        host = self.session.outputs[self.output_name]
-        copy_dtoh_async(host, self.session.device_outputs[self.output_name].ptr, self.stream)
-        self.stream.synchronize()
-        return self.decoder(self.session.outputs, transform)
+            host = self.session.outputs[self.output_name]
+            copy_dtoh_async(host, self.output_ptr, self.stream)
+            self.stream.synchronize()
+            for k, transform in enumerate(transforms):
+                if out[k] is None:
+                    sample = self.session.outputs if self.batch == 1 else {
+                        n: v[k:k + 1] for n, v in self.session.outputs.items()}
+                    out[k] = self.decoder(sample, transform)
+        return [d for d in out if d is not None]
 
     def close(self) -> None:
         with self.device.active():
-            if self.filter is not None:
-                self.filter.close()
-            if self.frame_buf is not None:
-                self.frame_buf.free()
-            self.staging = None
+            for filt in self.filters:
+                filt.close()
+            for staging in self.staging:
+                staging.free()
         self.session.close()
 
 
@@ -204,7 +236,7 @@ class GpuProcessor(Processor):
     kind = "gpu"
 
     def __init__(self, config: PipelineConfig, backend: str = "onnxruntime-cuda", *, gpu_decode: bool = True,
-                 candidates: int = CANDIDATES, device: int = 0) -> None:
+                 candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
         from edgert.backends import SessionOptions, open_session
         from edgert.backends.cuda import device_traits
@@ -225,22 +257,24 @@ class GpuProcessor(Processor):
                                   f"processing needs one of tensorrt, tensorrt-rtx, onnxruntime-cuda")
             spec = image_input(first)
             self.preprocessor = Preprocessor(config.preprocess, spec, first.metadata)
-            if tuple(first.inputs[spec.name].shape) != self.preprocessor.input_shape:
-                shapes = {spec.name: self.preprocessor.input_shape}
+            self.batch = batch
+            want = self.preprocessor.input_shape if batch == 1 else (batch, *self.preprocessor.sample_shape)
+            if tuple(first.inputs[spec.name].shape) != want:
+                shapes = {spec.name: want}
                 first.close()
                 opened.clear()
                 sess_opts = SessionOptions(threads=config.model.threads, device=device, shapes=shapes,
                                            cuda_graph=self.cuda_graph)
                 first = open_session(model, backend, sess_opts)
                 opened.append(first)
-            if self.preprocessor.input_shape[0] != 1:
+            if first.inputs[spec.name].shape[0] != batch:
                 shape = list(first.inputs[spec.name].shape)
-                raise ModelError(f"GPU processing runs batch 1; the model input is {shape}")
+                raise ModelError(f"GPU processing of {batch} frame(s) per call cannot use the model input {shape}")
             self.backend_name = first.backend_name
             self.input_name = spec.name
-            self.input_shape = tuple(self.preprocessor.input_shape)
+            self.input_shape = tuple(first.inputs[spec.name].shape)
             self.input_dtype = str(self.preprocessor.input_dtype)
-            self.output_specs = concrete_output_specs(first)
+            self.output_specs = sample_output_specs(first)
             probe = make_decoder(config.decode, self.output_specs, first.metadata)
             self.decoder_kind = probe.kind
             self.names = tuple(probe.names)
@@ -321,7 +355,8 @@ class GpuProcessor(Processor):
             "decode": "gpu-filter+cpu-nms" if self.gpu_decode else "host",
             "decoder": self.decoder_kind,
             "layout": self.plan.layout,
-            "candidate_overflows": sum(s.filter.overflows for s in self._gpu_slots() if s.filter is not None),
+            "batch": self.batch,
+            "candidate_overflows": sum(f.overflows for s in self._gpu_slots() for f in s.filters),
         }
 
     def stage_summary(self) -> dict[str, dict[str, float]]:
@@ -336,7 +371,7 @@ class GpuProcessor(Processor):
         """One frame on the first slot."""
         slot = self._gpu_slots()[0]
         with slot.device.active():
-            return slot.process(frame, np.zeros(len(STAGES)))
+            return slot.process([frame], [np.zeros(len(STAGES))])[0]
 
     def preprocess_to_host(self, frame: np.ndarray) -> tuple[np.ndarray, LetterboxTransform]:
         """The GPU-made input tensor of ``frame``, copied to the host (to compare with the CPU path)."""
@@ -345,13 +380,14 @@ class GpuProcessor(Processor):
         slot = self._gpu_slots()[0]
         with slot.device.active():
             h, w, view = slot._stage_in(frame)
+            staging = slot.staging[0]
             if not slot.zero_copy:
-                copy_htod_async(slot.staging_ptr, view, slot.stream)
-            transform = self.letterbox(slot.staging_ptr, h, w, slot.input_ptr, slot.stream)
+                copy_htod_async(staging.ptr, view, slot.stream)
+            transform = self.letterbox(staging.ptr, h, w, slot.input_ptr, slot.stream)
             host = slot.session.inputs[self.input_name]
             copy_dtoh_async(host, slot.input_ptr, slot.stream)
             slot.stream.synchronize()
-            return host.copy(), transform
+            return host[:1].copy(), transform
 
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:

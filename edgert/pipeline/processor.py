@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,7 @@ __all__ = [
     "GPU_ONLY_KEYS",
     "Processor",
     "ProcessorSlot",
+    "batched_model",
     "default_slots",
     "open_processor",
     "resolve_processing",
@@ -54,12 +57,13 @@ GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-gra
 
 
 class ProcessorSlot(abc.ABC):
-    """One frame at a time through one session; used by exactly one pipeline thread."""
+    """Up to ``batch`` frames at a time through one session (one engine call); used by one pipeline thread."""
 
     @abc.abstractmethod
-    def process(self, frame: np.ndarray, timings: np.ndarray) -> Detections:
-        """Detections of ``frame``; writes seconds spent into ``timings`` at the preprocess/infer/postprocess
-        positions of :data:`~edgert.pipeline.stats.STAGES`."""
+    def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
+        """Detections of each of ``frames`` (at most the processor's ``batch``), in order; writes the seconds
+        spent into each frame's ``timings`` at the preprocess/infer/postprocess positions of
+        :data:`~edgert.pipeline.stats.STAGES` (the engine call's time goes to every frame of the batch)."""
 
     def active(self) -> contextlib.AbstractContextManager[Any]:
         """The context the slot's thread runs in (the CUDA context push on the GPU)."""
@@ -81,6 +85,8 @@ class Processor(abc.ABC):
         self.input_name = ""
         self.input_shape: tuple[int, ...] = ()
         self.input_dtype = "float32"
+        self.batch = 1  # frames per engine call
+        self.batch_note: str | None = None  # why the batch is smaller than asked for, if it is
 
     def prepare(self, slot: ProcessorSlot) -> None:  # noqa: B027 - optional hook
         """Called once on each slot's own thread before its first frame (the GPU captures CUDA graphs here)."""
@@ -91,7 +97,7 @@ class Processor(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         """Facts for the summary's ``processor`` key."""
-        return {"kind": self.kind, "slots": len(self.slots)}
+        return {"kind": self.kind, "slots": len(self.slots), "batch": self.batch}
 
     def stage_summary(self) -> dict[str, dict[str, float]] | None:
         """Per-stage device times (the GPU processor's ``gpu_ms``); None where there are none."""
@@ -174,11 +180,14 @@ def resolve_processing(config: PipelineConfig) -> tuple[str, str, str]:
     return backend, processing, why
 
 
-def open_processor(config: PipelineConfig, detector: Any = None) -> Processor:
+def open_processor(config: PipelineConfig, detector: Any = None, batch: int = 1) -> Processor:
     """The processor ``config`` asks for (see :func:`resolve_processing`), with its slots opened.
 
-    ``detector``: an open :class:`~edgert.vision.detector.Detector` whose session the CPU processor forks
-    (benchmarks, applications that already hold one); it stays the caller's to close.
+    ``batch``: frames per engine call (several sources batched together); a model whose batch is fixed at 1
+    is rewritten to a dynamic batch where its graph allows (:func:`batched_model`), else it runs one frame
+    per call (``processor.batch_note`` says why). ``detector``: an open
+    :class:`~edgert.vision.detector.Detector` whose session the CPU processor forks (benchmarks,
+    applications that already hold one); it stays the caller's to close.
     """
     if detector is not None:
         if config.runtime.processing == "gpu":
@@ -188,13 +197,49 @@ def open_processor(config: PipelineConfig, detector: Any = None) -> Processor:
         return CpuProcessor(config, detector.session.backend_name, detector=detector)
     backend, processing, why = resolve_processing(config)
     log.info("processing on the %s (%s)", processing.upper(), why)
+    model, batch, note = batched_model(config.model.path, batch)
+    if model != config.model.path:
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model, path=model))
     if processing == "gpu":
         from edgert.pipeline.gpu import GpuProcessor
 
-        return GpuProcessor(config, backend)
-    from edgert.pipeline.cpu import CpuProcessor
+        processor: Processor = GpuProcessor(config, backend, batch=batch)
+    else:
+        from edgert.pipeline.cpu import CpuProcessor
 
-    return CpuProcessor(config, backend)
+        processor = CpuProcessor(config, backend, batch=batch)
+    processor.batch_note = note
+    return processor
+
+
+def batched_model(path: str, batch: int) -> tuple[str, int, str | None]:
+    """(model path, batch, note): the model to open for ``batch`` frames per call.
+
+    A model with a dynamic batch dimension (or an engine, whose optimisation profile decides) is used as it
+    is; an ONNX model fixed at batch 1 is rewritten (checked, cached: :mod:`edgert.rewrite.batch`) or, where
+    that cannot be done, runs at batch 1 and the note says why.
+    """
+    if batch <= 1 or not path.lower().endswith(".onnx"):
+        return path, batch, None
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    dims = [i.type.tensor_type.shape.dim for i in inputs]
+    if all(d and (d[0].dim_param or d[0].dim_value <= 0) for d in dims):
+        return path, batch, None  # already dynamic
+    if all(d and d[0].dim_value == batch for d in dims):
+        return path, batch, None
+    from edgert.errors import ModelError
+    from edgert.rewrite.batch import batched_model_path
+
+    try:
+        return str(batched_model_path(path)), batch, None
+    except ModelError as exc:
+        note = f"{exc}; sources run in rotation without batching"
+        log.warning("%s", note)
+        return path, 1, note
 
 
 def slots_wanted(config: PipelineConfig, kind: str) -> int:

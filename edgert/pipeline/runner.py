@@ -1,19 +1,27 @@
-"""The one streaming pipeline: admission -> a processor's slots -> results in order -> sinks.
+"""The one streaming pipeline: sources -> admission and batching -> a processor's slots -> results in order -> sinks.
 
 Why threads and queues: the engine is the expensive part, so everything else (decoding video,
 letterboxing, decoding boxes, drawing, encoding outputs) must happen *while* the engine runs, not
 between its calls. OpenCV, numpy and the inference runtimes release the GIL in their heavy calls, so the
 threads really do overlap.
 
-- the **capture** thread admits frames: it waits for the power budget (``admit``), takes a free frame
-  buffer and has the source decode into it;
-- one thread per **processor slot** (:mod:`edgert.pipeline.processor`: CPU or GPU) takes the next admitted
-  frame and turns it into detections on that slot's own session, so several frames are in flight at once;
+- one **capture** thread per source admits its frames: it waits for the power budget (``admit``), takes a
+  free frame buffer of that source and has the source decode into it (live sources keep only their newest
+  frame; files deliver every one);
+- the **batcher** gathers the frames that are ready into batches of at most ``runtime.batch`` (default: one
+  per source), round-robin over the sources so a fast one cannot starve a slow one, waiting at most
+  ``runtime.batch_timeout_ms`` for stragglers;
+- one thread per **processor slot** (:mod:`edgert.pipeline.processor`: CPU or GPU) takes the next batch and
+  turns it into detections in one engine call on that slot's own session, so several batches are in flight;
 - the **results** thread puts frames back in order, draws them when a sink wants pixels, hands them to the
-  sinks, records the statistics and tells the observers; then the frame buffer is free again.
+  sinks (shared ones, and each source's own), records the statistics (also per source) and tells the
+  observers; then the frame buffer is free again.
+
+A source that fails in a run with several (a camera unplugged for good, a file that vanished) drops out and
+the others go on; the summary says what happened to it. With one source its failure stops the run.
 
 Why a ring of frame buffers: nothing is allocated per frame once the pipeline is warm. A fixed set of frames
-(``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
+per source (``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
 only that far ahead: that is the back-pressure for files (live sources drop stale frames instead). Sinks
 that write files (``Sink.lossless``) never drop a frame; they slow the pipeline down instead.
 
@@ -24,6 +32,8 @@ a fraction of a second.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import logging
 import queue
@@ -53,26 +63,83 @@ _ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck 
 
 @dataclass(eq=False)
 class _Frame:
-    """One frame in flight and the pixel buffer it owns."""
+    """One frame in flight and the pixel buffer it owns (it always goes back to its own source's free list)."""
 
     pixels: np.ndarray | None = None
     detections: Any = None
-    index: int = 0
+    index: int = 0  # frame number within its source
+    feed: int = 0  # which source
     timestamp: float = 0.0
     started: float = 0.0
     file: str | None = None
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
 
-class Pipeline:
-    """One model on one source, feeding any number of sinks, on the CPU or the GPU processor.
+@dataclass(eq=False)
+class _Batch:
+    seq: int
+    frames: list[_Frame]
 
-    ``config`` says everything (model, preprocessing, decoding, source, sinks, runtime, power). ``source``,
-    ``sinks``, ``detector`` (an open :class:`~edgert.vision.detector.Detector` for the CPU processor) and
-    ``processor`` may be given as objects instead (tests, applications, benchmarks). ``admit`` is called in
-    the capture stage before each frame is admitted (a power-budget controller blocks inside it; with
-    ``power.budget_w`` the pipeline makes one itself). ``observers`` see start, every frame, and stop.
-    ``environment``: also attach what the process environment asks for (systemd's ``NOTIFY_SOCKET``).
+
+class _Feed:
+    """One source of the pipeline: its frames, its own sinks and its figures."""
+
+    def __init__(self, index: int, name: str, source: Any, config: Any = None) -> None:
+        self.index = index
+        self.name = name
+        self.source = source
+        self.config = config  # its SourceConfig when the pipeline opened it
+        self.frames: tuple[_Frame, ...] = ()
+        self.free: queue.Queue[_Frame] = queue.Queue()
+        self.pending: collections.deque[_Frame] = collections.deque()
+        self.ended = False
+        self.end_reason = "end of input"
+        self.error: str | None = None
+        self.workers: list[Any] = []
+        self.draw = False
+        self.done = 0
+        self.detections = 0
+        self.first_done: float | None = None
+        self.last_done: float | None = None
+        self.buffer_allocations = 0
+
+    def fps(self) -> float:
+        if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
+            return 0.0
+        return (self.done - 1) / (self.last_done - self.first_done)
+
+    def drops(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if self.source.live and self.source.dropped:
+            out["stale_frames"] = int(self.source.dropped)
+        if self.source.skipped:
+            out["corrupt_frames"] = int(self.source.skipped)
+        for worker in self.workers:
+            if worker.dropped:
+                out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
+            "detections": self.detections, "drops": self.drops(),
+            "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
+            "sinks": [w.sink.uri for w in self.workers],
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class Pipeline:
+    """One model on one or several sources, feeding any number of sinks, on the CPU or the GPU processor.
+
+    ``config`` says everything (model, preprocessing, decoding, source or sources, sinks, runtime, power).
+    ``source`` (or ``sources``), ``sinks``, ``detector`` (an open :class:`~edgert.vision.detector.Detector` for
+    the CPU processor) and ``processor`` may be given as objects instead (tests, applications, benchmarks).
+    ``admit`` is called in the capture stage before each frame is admitted (a power-budget controller blocks
+    inside it; with ``power.budget_w`` the pipeline makes one itself). ``observers`` see start, every frame,
+    and stop. ``environment``: also attach what the process environment asks for (systemd's ``NOTIFY_SOCKET``).
     """
 
     def __init__(
@@ -80,6 +147,7 @@ class Pipeline:
         config: PipelineConfig,
         *,
         source: Any = None,
+        sources: Sequence[Any] | None = None,
         sinks: Sequence[Any] | None = None,
         detector: Any = None,
         processor: Any = None,
@@ -89,7 +157,8 @@ class Pipeline:
         environment: bool = True,
     ) -> None:
         self.config = config
-        self._source = source
+        given = list(sources) if sources is not None else ([source] if source is not None else [])
+        self._given_sources = given
         self._sink_specs = list(sinks) if sinks is not None else list(config.sinks)
         self._detector = detector
         self._processor = processor
@@ -102,28 +171,41 @@ class Pipeline:
         self._stop = threading.Event()
         self._abort = threading.Event()
         self._errors: list[BaseException] = []
-        self._stopped_by = "end of input"
+        self._stop_reason: str | None = None
         self._class_counts: dict[int, int] = {}
         self._names: tuple[str, ...] = ()
-        self._workers: list[Any] = []
+        self._workers: list[Any] = []  # every sink worker (shared and per source), for closing and the summary
+        self._shared: list[Any] = []  # sinks that get every source's frames
+        self._feeds: list[_Feed] = []
+        self._cv = threading.Condition()
         self._info: dict[str, Any] = {}
         self._hooks: Any = None
-        self.frames: tuple[_Frame, ...] = ()
-        self.frame_buffer_allocations = 0  # frames the source could not decode into a frame's own buffer
 
     @property
     def processor(self) -> Any:
         """The processor of this run (None before :meth:`run` opened it)."""
         return self._processor
 
+    @property
+    def frames(self) -> tuple[_Frame, ...]:
+        """Every frame buffer of the run (all sources)."""
+        return tuple(f for feed in self._feeds for f in feed.frames)
+
+    @property
+    def frame_buffer_allocations(self) -> int:
+        """Frames the sources could not decode into a frame's own buffer (each frame adopts one, once)."""
+        return sum(feed.buffer_allocations for feed in self._feeds)
+
     # -- control ------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop admitting frames; frames in flight finish and sinks flush. Safe from any thread."""
         if not self._stop.is_set():
-            self._stopped_by = reason
+            self._stop_reason = reason
             self._stop.set()
-            if self._source is not None:
-                self._source.stop()
+            for feed in list(self._feeds):
+                feed.source.stop()
+            with self._cv:
+                self._cv.notify_all()
             # Observers that care hear it now, before the flush (systemd wants STOPPING=1 at SIGTERM).
             for observer in list(self.observers):
                 hook = getattr(observer, "on_stop_requested", None)
@@ -144,13 +226,14 @@ class Pipeline:
 
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        """Run until the input ends, ``max_frames`` is reached or a stop is requested; return the summary."""
+        """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.processor import open_processor
 
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+        self._feeds = self._make_feeds()
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
@@ -158,20 +241,20 @@ class Pipeline:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
             if self._processor is None:
-                self._processor = open_processor(self.config, detector=self._detector)
+                batch = self.config.runtime.batch or len(self._feeds)
+                self._processor = open_processor(self.config, detector=self._detector, batch=batch)
             processor = self._processor
             try:
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
-                if self._source is None:
-                    self._source = self._open_source()
-                source = self._source
-                with source:
-                    self._open_sinks(source)
+                with contextlib.ExitStack() as stack:
+                    for feed in self._feeds:
+                        stack.enter_context(feed.source)
+                    self._open_sinks()
                     try:
                         self._allocate(processor)
-                        self._info = self._start_info(source, processor)
-                        self._run_threads(source, processor)
+                        self._info = self._start_info(processor)
+                        self._run_threads(processor)
                     finally:
                         for worker in self._workers:
                             worker.close()
@@ -191,10 +274,20 @@ class Pipeline:
             raise self._errors[0]
         return summary
 
-    def _open_source(self) -> Any:
+    def _make_feeds(self) -> list[_Feed]:
+        if self._given_sources:
+            return [_Feed(i, str(i), src) for i, src in enumerate(self._given_sources)]
+        configs = self.config.all_sources()
+        feeds = []
+        for i, cfg in enumerate(configs):
+            if not cfg.uri:
+                raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
+            feeds.append(_Feed(i, cfg.name if cfg.name is not None else str(i), self._open_source(cfg), cfg))
+        return feeds
+
+    def _open_source(self, cfg: Any) -> Any:
         from edgert.vision.sources import open_source
 
-        cfg = self.config.source
         if not cfg.preload:
             return open_source(cfg)
         from edgert.pipeline.preload import PreloadedSource
@@ -203,31 +296,60 @@ class Pipeline:
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
-    def _open_sinks(self, source: Any) -> None:
+    def _open_sinks(self) -> None:
         from edgert.vision.sinks import SinkWorker, StreamInfo, open_sink
 
-        title = f"{_basename(self.config.model.path)} on {source.uri}"
-        info = StreamInfo(source.width, source.height, source.fps, self._names, title, self.stats)
+        feeds = self._feeds
+        several = len(feeds) > 1
+        plan: list[tuple[Any, _Feed | None]] = []  # (spec, the feed it is for; None: shared)
         for spec in self._sink_specs:
-            try:
+            if isinstance(spec, str) and "{source}" in spec:
+                plan += [(spec.replace("{source}", feed.name), feed) for feed in feeds]
+            else:
+                plan.append((spec, None))
+        for feed in feeds:
+            if feed.config is not None:
+                plan += [(spec, feed) for spec in feed.config.sinks]
+        try:
+            for spec, owner in plan:
+                src = (owner or feeds[0]).source
+                title = f"{_basename(self.config.model.path)} on {src.uri}"
                 sink = open_sink(spec, title) if isinstance(spec, str) else spec
-                sink.open(info)
-            except BaseException:
-                for worker in self._workers:
-                    worker.close()
-                self._workers = []
-                raise
-            worker = SinkWorker(sink)
-            worker.start()
-            self._workers.append(worker)
+                if owner is None and several and sink.needs_image:
+                    raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
+                                      "give it a {source} placeholder (out-{source}.mp4) or list it under one "
+                                      "source's sinks")
+                sink.open(StreamInfo(src.width, src.height, src.fps, self._names, title, self.stats))
+                worker = SinkWorker(sink)
+                worker.start()
+                self._workers.append(worker)
+                if owner is None:
+                    self._shared.append(worker)
+                else:
+                    owner.workers.append(worker)
+        except BaseException:
+            for worker in self._workers:
+                worker.close()
+            self._workers, self._shared = [], []
+            for feed in feeds:
+                feed.workers = []
+            raise
+        shared_draw = any(w.sink.needs_image for w in self._shared)
+        for feed in feeds:
+            feed.draw = shared_draw or any(w.sink.needs_image for w in feed.workers)
 
     def _allocate(self, processor: Any) -> None:
-        # Enough frames for every slot to hold one while the capture fills the next and the sinks take the last;
-        # each one more adds one frame of latency.
-        count = max(self.config.runtime.queue_size, 2 * len(processor.slots))
-        self.frames = tuple(_Frame() for _ in range(count))
+        # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
+        # and the sinks take the last; each one more adds one frame of latency.
+        share = max(1, -(-processor.batch // len(self._feeds)))
+        count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
+        for feed in self._feeds:
+            feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
+            for f in feed.frames:
+                feed.free.put(f)
 
-    def _start_info(self, source: Any, processor: Any) -> dict[str, Any]:
+    def _start_info(self, processor: Any) -> dict[str, Any]:
+        first = self._feeds[0].source
         return {
             "task": self.config.task,
             "model": self.config.model.path,
@@ -236,29 +358,28 @@ class Pipeline:
             "input": {"name": processor.input_name, "shape": list(processor.input_shape),
                       "dtype": processor.input_dtype},
             "classes": len(self._names),
-            "source": source.uri,
-            "source_info": source.info(),
+            "source": first.uri if len(self._feeds) == 1 else [f.source.uri for f in self._feeds],
+            "source_info": first.info(),
+            "sources": [f.name for f in self._feeds],
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
             "sinks": [w.sink.uri for w in self._workers],
             "slots": len(processor.slots),
+            "batch": processor.batch,
             "frames_in_flight": len(self.frames),
         }
 
-    def _run_threads(self, source: Any, processor: Any) -> None:
-        n = len(self.frames)
-        self._free: queue.Queue[_Frame] = queue.Queue(maxsize=n)
-        for f in self.frames:
-            self._free.put(f)
-        # Queues are bounded by the frame count plus their end markers: a put never blocks.
+    def _run_threads(self, processor: Any) -> None:
         lanes = len(processor.slots)
-        q_work: queue.Queue[_Frame | None] = queue.Queue(maxsize=n + lanes)
-        q_done: queue.Queue[_Frame | None] = queue.Queue(maxsize=n + lanes)
+        n = len(self.frames)
+        # Queues are bounded by the frame count plus their end markers: a put never blocks.
+        q_work: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
+        q_done: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         stages: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
-            ("capture", self._capture, (source, q_work, lanes)),
-        ]
+            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds]
+        stages.append(("batcher", self._batcher, (processor.batch, q_work, lanes)))
         stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
                    for k, slot in enumerate(processor.slots)]
-        stages.append(("results", self._results, (q_done, lanes, source)))
+        stages.append(("results", self._results, (q_done, lanes)))
         threads = [
             threading.Thread(target=self._guard, args=(fn, args), name=f"edgert-{name}", daemon=True)
             for name, fn, args in stages
@@ -324,32 +445,44 @@ class Pipeline:
                     return None
 
     # -- stages -------------------------------------------------------------------------------------
-    def _capture(self, source: Any, out: queue.Queue[_Frame | None], lanes: int) -> None:
+    def _capture(self, feed: _Feed) -> None:
+        from edgert.errors import EdgertError
+
         limit = self.config.runtime.max_frames
+        source = feed.source
         index = 0
         try:
             while not self._stop.is_set():
                 if limit is not None and index >= limit:
-                    self._stopped_by = "max_frames"
+                    feed.end_reason = "max_frames"
                     break
                 if self.admit is not None:
                     self.admit()
                     if self._stop.is_set():
                         break
-                f = self._get(self._free)
+                f = self._get(feed.free)
                 if f is None:
                     break
                 t0 = time.perf_counter()
-                pixels = source.read(f.pixels)
+                try:
+                    pixels = source.read(f.pixels)
+                except EdgertError as exc:
+                    if len(self._feeds) == 1:
+                        raise  # the run's only source: its failure is the run's
+                    feed.free.put(f)
+                    feed.error = str(exc)
+                    feed.end_reason = "error"
+                    log.error("source %s dropped out: %s; the other sources go on", feed.name, exc)
+                    break
                 if pixels is None:
-                    self._free.put(f)
+                    feed.free.put(f)
                     reason = getattr(source, "end_reason", None)
-                    if reason and not self._stop.is_set():
-                        self._stopped_by = str(reason)
+                    if reason:
+                        feed.end_reason = str(reason)
                     break
                 if pixels is not f.pixels:
                     f.pixels = pixels  # the frame keeps this buffer for its next images
-                    self.frame_buffer_allocations += 1
+                    feed.buffer_allocations += 1
                 f.started = t0
                 f.timestamp = time.time()
                 f.index = index
@@ -359,77 +492,147 @@ class Pipeline:
                 if index == 0:
                     self.stats.mark_started()
                 index += 1
-                out.put(f)
+                with self._cv:
+                    feed.pending.append(f)
+                    self._cv.notify_all()
+        finally:
+            if self._stop.is_set() and feed.end_reason == "end of input":
+                feed.end_reason = "stopped"
+            with self._cv:
+                feed.ended = True
+                self._cv.notify_all()
+
+    def _take(self, batch: list[_Frame], start: int, size: int) -> int:
+        """Move ready frames into ``batch`` (up to ``size``), one per source per pass, beginning at source
+        ``start``; return where the next batch begins. Call with ``self._cv`` held."""
+        feeds = self._feeds
+        n = len(feeds)
+        took = True
+        while took and len(batch) < size:
+            took = False
+            for k in range(n):
+                feed = feeds[(start + k) % n]
+                if feed.pending and len(batch) < size:
+                    batch.append(feed.pending.popleft())
+                    took = True
+                    start_next = (feed.index + 1) % n
+            if took:
+                start = start_next
+        return start
+
+    def _batcher(self, size: int, out: queue.Queue[_Batch | None], lanes: int) -> None:
+        feeds = self._feeds
+        timeout = self.config.runtime.batch_timeout_ms / 1000.0
+        start = 0
+        seq = 0
+        try:
+            while True:
+                with self._cv:
+                    while not self._abort.is_set() and not any(f.pending for f in feeds) \
+                            and not all(f.ended for f in feeds):
+                        self._cv.wait(_POLL)
+                    if self._abort.is_set() or not any(f.pending for f in feeds):
+                        return  # aborted, or every source has ended and nothing is left
+                    batch: list[_Frame] = []
+                    start = self._take(batch, start, size)
+                    # Wait a little for sources that may still deliver, so batches are full (DeepStream's
+                    # batched-push-timeout); never past the deadline, never for sources that have ended.
+                    deadline = time.monotonic() + timeout
+                    while len(batch) < size and not self._abort.is_set():
+                        if any(f.pending for f in feeds):
+                            start = self._take(batch, start, size)
+                            continue
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0 or all(f.ended for f in feeds):
+                            break
+                        self._cv.wait(remaining)
+                out.put(_Batch(seq, batch))
+                seq += 1
         finally:
             for _ in range(lanes):  # one end marker per slot thread
                 out.put(None)
 
-    def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Frame | None],
-              out: queue.Queue[_Frame | None]) -> None:
+    def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Batch | None],
+              out: queue.Queue[_Batch | None]) -> None:
         try:
             with slot.active():
                 processor.prepare(slot)
                 while True:
-                    f = self._get(inq)
-                    if f is None:
+                    b = self._get(inq)
+                    if b is None:
                         break
-                    f.detections = slot.process(f.pixels, f.timings)
-                    out.put(f)
+                    frames = b.frames
+                    dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
+                    for f, d in zip(frames, dets):
+                        f.detections = d
+                    out.put(b)
         finally:
             out.put(None)
 
-    def _results(self, inq: queue.Queue[_Frame | None], lanes: int, source: Any) -> None:
-        from edgert.vision.draw import draw_detections
-        from edgert.vision.sinks import FrameResult
-
-        workers = self._workers
-        draw = any(w.sink.needs_image for w in workers)
-        pending: dict[int, _Frame] = {}  # frames that finished before an earlier one (several slots)
+    def _results(self, inq: queue.Queue[_Batch | None], lanes: int) -> None:
+        pending: dict[int, _Batch] = {}  # batches that finished before an earlier one (several slots)
         following = 0
         ended = 0
-        first = True
         while ended < lanes:
-            f = self._get(inq)
-            if f is None:
+            b = self._get(inq)
+            if b is None:
                 if self._abort.is_set():
                     return
                 ended += 1
                 continue
-            pending[f.index] = f
+            pending[b.seq] = b
             while following in pending:
-                f = pending.pop(following)
+                b = pending.pop(following)
                 following += 1
-                t1 = time.perf_counter()
-                detections = f.detections
-                if workers:
-                    if draw and f.pixels is not None:
-                        draw_detections(f.pixels, detections)
-                    result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file)
-                    for worker in workers:
-                        worker.offer(result, abort=self._abort)
-                done = time.perf_counter()
-                f.timings[_SINKS] = done - t1
-                f.timings[_TOTAL] = done - f.started
-                for cid in detections.class_id.tolist():
-                    self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
-                self.stats.record_frame(f.timings, len(detections))
-                self._update_drops(source)
-                f.detections = None
-                self._free.put(f)
-                if first:
-                    first = False
-                    self._notify("on_start", self._info)
-                self._notify("on_frame", self.stats)
+                for f in b.frames:
+                    self._finish(f)
 
-    def _update_drops(self, source: Any) -> None:
-        stats = self.stats
-        if source.live:
-            stats.set_drops("stale_frames", source.dropped)
-        if source.skipped:
-            stats.set_drops("corrupt_frames", source.skipped)
+    def _finish(self, f: _Frame) -> None:
+        from edgert.vision.draw import draw_detections
+        from edgert.vision.sinks import FrameResult
+
+        feed = self._feeds[f.feed]
+        t1 = time.perf_counter()
+        detections = f.detections
+        workers = (*self._shared, *feed.workers) if feed.workers else self._shared
+        if workers:
+            draw = feed.draw and f.pixels is not None
+            if draw and f.pixels is not None:
+                draw_detections(f.pixels, detections)
+            result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name)
+            for worker in workers:
+                worker.offer(result, abort=self._abort)
+        done = time.perf_counter()
+        f.timings[_SINKS] = done - t1
+        f.timings[_TOTAL] = done - f.started
+        for cid in detections.class_id.tolist():
+            self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
+        count = len(detections)
+        self.stats.record_frame(f.timings, count)
+        feed.done += 1
+        feed.detections += count
+        if feed.first_done is None:
+            feed.first_done = done
+        feed.last_done = done
+        self._update_drops()
+        f.detections = None
+        feed.free.put(f)
+        if not self._info.get("_started"):
+            self._info["_started"] = True
+            self._notify("on_start", {k: v for k, v in self._info.items() if not k.startswith("_")})
+        self._notify("on_frame", self.stats)
+
+    def _update_drops(self) -> None:
+        totals: dict[str, int] = {}
+        for feed in self._feeds:
+            for reason, n in feed.drops().items():
+                if not reason.startswith("sink:"):
+                    totals[reason] = totals.get(reason, 0) + n
+        for reason, n in totals.items():
+            self.stats.set_drops(reason, n)
         for worker in self._workers:
             if worker.dropped:
-                stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
+                self.stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
 
     def _notify(self, method: str, arg: Any) -> None:
         for observer in list(self.observers):
@@ -440,40 +643,56 @@ class Pipeline:
                 self.observers.remove(observer)
 
     # -- results ------------------------------------------------------------------------------------
+    def stopped_by(self) -> str:
+        """Why the run ended: the stop request's reason, ``max_frames``, or why its source(s) ended."""
+        if self._stop_reason is not None:
+            return self._stop_reason
+        reasons = {feed.end_reason for feed in self._feeds}
+        if len(self._feeds) == 1:
+            return next(iter(reasons), "end of input")
+        if reasons == {"max_frames"}:
+            return "max_frames"
+        return "end of input"
+
     def summary(self, wall_s: float | None = None) -> dict[str, Any]:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
-        drops by reason, detections per class, why it stopped; the GPU processor adds ``gpu_ms``."""
+        drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
+        ``gpu_ms``."""
         stats = self.stats
-        source = self._source
-        if source is not None:
-            self._update_drops(source)
+        self._update_drops()
         names = self._names
         per_class = {
             (names[cid] if 0 <= cid < len(names) else str(cid)): n
             for cid, n in sorted(self._class_counts.items(), key=lambda kv: -kv[1])
         }
         processor = self._processor
+        feeds = self._feeds
         summary: dict[str, Any] = {
             "model": self.config.model.path,
             "backend": self._info.get("backend"),
             "processing": getattr(processor, "kind", None),
             "processor": processor.describe() if processor is not None else None,
-            "source": source.info() if source is not None else None,
+            "source": feeds[0].source.info() if len(feeds) == 1 else None,
+            "sources": [feed.summary() for feed in feeds],
             "sinks": [w.sink.uri for w in self._workers],
             "frames": stats.frames,
             "fps": round(stats.average_fps, 2),
             "latency_ms": stats.latency_ms(),
             "dropped": stats.dropped,
             "drops": dict(stats.drops),
-            "reconnects": getattr(source, "reconnects", 0),
+            "reconnects": sum(int(getattr(feed.source, "reconnects", 0)) for feed in feeds),
             "detections": stats.detections,
             "detections_per_class": per_class,
-            "stopped_by": self._stopped_by,
+            "stopped_by": self.stopped_by(),
             "slots": len(processor.slots) if processor is not None else 0,
+            "batch": getattr(processor, "batch", 1),
             "frames_in_flight": len(self.frames),
             "watts": None if stats.watts is None else round(float(stats.watts), 3),
             "mj_per_frame": None,
         }
+        note = getattr(processor, "batch_note", None)
+        if note:
+            summary["batch_note"] = note
         gpu = processor.stage_summary() if processor is not None else None
         if gpu is not None:
             summary["gpu_ms"] = gpu

@@ -73,6 +73,7 @@ class FrameResult:
     detections: Detections
     image: np.ndarray | None = None
     file: str | None = None  # the image file, for folder sources
+    source: str | None = None  # the source's name (or index) in a pipeline with several
 
 
 class Sink(abc.ABC):
@@ -139,6 +140,8 @@ class JsonlSink(Sink):
 
     def write(self, result: FrameResult) -> None:
         event: dict[str, Any] = {"frame": result.index, "timestamp": round(result.timestamp, 6)}
+        if result.source is not None:
+            event["source"] = result.source
         if result.file is not None:
             event["file"] = result.file
         event["detections"] = result.detections.to_records()
@@ -382,7 +385,7 @@ class SinkWorker:
             if buf.shape != image.shape:
                 buf = np.empty_like(image)
             np.copyto(buf, image)
-        result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file)
+        result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file, result.source)
         if self._put(result, wait, abort):
             return True
         self.dropped += 1

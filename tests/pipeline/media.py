@@ -52,7 +52,7 @@ def _save(model: onnx.ModelProto, path: Path) -> Path:
 
 
 def tiny_detector(path: Path, size: int = 32, box: tuple[float, float, float, float] = (16, 16, 8, 8),
-                  scores: tuple[float, ...] = (0.9, 0.1)) -> Path:
+                  scores: tuple[float, ...] = (0.9, 0.1), dynamic_batch: bool = False) -> Path:
     """A YOLOv8-layout detector ([1,4+C,N] output) that finds one box (cx,cy,w,h in input px) everywhere.
 
     A stride-8 convolution with zero weights and the box and class scores as biases: every one of the
@@ -60,11 +60,13 @@ def tiny_detector(path: Path, size: int = 32, box: tuple[float, float, float, fl
     """
     channels = 4 + len(scores)
     cells = (size // 8) ** 2
-    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])
-    y = helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, channels, cells])
+    n: int | str = "batch" if dynamic_batch else 1
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, [n, 3, size, size])
+    y = helper.make_tensor_value_info("output0", TensorProto.FLOAT, [n, channels, cells])
     w = helper.make_tensor("w", TensorProto.FLOAT, [channels, 3, 8, 8], np.zeros(channels * 3 * 64, np.float32))
     b = helper.make_tensor("b", TensorProto.FLOAT, [channels], np.array([*box, *scores], np.float32))
-    shape = helper.make_tensor("shape", TensorProto.INT64, [3], np.array([1, channels, cells], np.int64))
+    lead = -1 if dynamic_batch else 1
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], np.array([lead, channels, cells], np.int64))
     nodes = [
         helper.make_node("Conv", ["images", "w", "b"], ["c"], kernel_shape=[8, 8], strides=[8, 8]),
         helper.make_node("Reshape", ["c", "shape"], ["output0"]),
