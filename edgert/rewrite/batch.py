@@ -12,9 +12,9 @@ The rewrite follows the batch axis through the graph instead of guessing:
 3. Constants that pin the batch are rewritten where ONNX semantics allow it: a Reshape target gets ``0``
    (copy the input's dim) at the batch position when the batch stays at the same index, else ``-1``
    with the former ``-1`` resolved to its size; a Slice that covers the whole batch axis at batch 1
-   ends at INT64_MAX; a Squeeze without axes gets explicit ones; a batch-independent Concat input is
-   expanded to the batch. Anything that mixes the batch with another dimension (a Reshape that folds
-   it, a Gather along it, a reduction over it) is refused with one line naming the node and why.
+   ends at INT64_MAX; a batch-independent Concat input is expanded to the batch. Anything that mixes
+   the batch with another dimension (a Reshape that folds it, a Gather along it, a reduction over it,
+   a Squeeze without axes) is refused with one line naming the node and why.
 
 :func:`check_batch_rewrite` then runs both models on ONNX Runtime CPU and checks that row ``i`` of the
 rewritten model's output at batch B equals the original's output for input ``i``, so a wrong rewrite is
@@ -223,7 +223,6 @@ class _Analysis:
         self.info: dict[str, _Info] = {}
         self.vals: dict[str, np.ndarray] = {}
         self.new_inputs: dict[tuple[int, int], np.ndarray] = {}  # (node index, input index) -> constant
-        self.new_attrs: dict[int, dict[str, Any]] = {}
         self.inserted: dict[int, list[onnx.NodeProto]] = {}  # node index -> nodes to put before it
         self.changes: list[str] = []
         self.extra_inits: list[onnx.TensorProto] = []  # constants the inserted nodes read
@@ -514,13 +513,9 @@ class _Analysis:
     def squeeze(self, i: int, node: onnx.NodeProto, k: int, in_shape: tuple[int, ...]) -> _Info:
         rank = len(in_shape)
         axes = self.axes(node, 1)
-        if axes is None:  # squeezes every 1 dim, the batch among them at batch 1: name the others
-            axes = [p for p, d in enumerate(in_shape) if d == 1 and p != k]
-            if self.opset >= 13:
-                self.replace_input(i, node, 1, np.array(axes, np.int64), f"explicit axes {axes} (keeps the batch)")
-            else:
-                self.new_attrs[i] = {"axes": axes}
-                self.changes.append(f"{node.name or node.output[0]} (Squeeze): explicit axes {axes}")
+        if axes is None:
+            # Every 1-sized dim goes, the batch among them at batch 1: what follows expects no batch axis.
+            raise _Unsupported("squeezes every dimension of size 1, the batch among them")
         axes = [_norm(a, rank) for a in axes]
         if k in axes:
             raise _Unsupported("squeezes out the batch axis")
@@ -877,11 +872,6 @@ def rewrite_batch(model: ModelLike, label: str | None = None) -> BatchRewrite:
             name = an.uid(node.input[idx] or f"{node.name}_in{idx}")
             inits.append(numpy_helper.from_array(value, name))
             node.input[idx] = name
-        for key, val in an.new_attrs.get(i, {}).items():
-            for a in list(node.attribute):
-                if a.name == key:
-                    node.attribute.remove(a)
-            node.attribute.append(helper.make_attribute(key, val))
         g.node.append(node)
     g.initializer.extend(inits)
     for vi in _real_inputs(g):
