@@ -922,6 +922,10 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
     rew, _ = _load(rewritten)
     if not batches or min(batches) < 1:
         raise BatchRewriteError(f"{label}: batch sizes to check must be 1 or more, got {list(batches)}")
+    for vi in _real_inputs(orig.graph):
+        if any(not isinstance(d, int) for d in _dims(vi)):
+            raise BatchRewriteError(f"{label}: input {vi.name} of the original has dynamic dimensions "
+                                    f"{_dims(vi)}; the check feeds batch-1 inputs of fixed size")
     s_orig, s_rew = _session(orig, threads), _session(rew, threads)
     rng = np.random.default_rng(seed)
     n = max(batches)
@@ -929,7 +933,7 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
     for _ in range(n):
         row: dict[str, np.ndarray] = {}
         for a in s_orig.get_inputs():
-            shape = [int(d) if isinstance(d, int) else 1 for d in a.shape]
+            shape = [int(d) for d in a.shape]
             if a.type == "tensor(float)":
                 row[a.name] = rng.random(shape, dtype=np.float32)
             elif a.type == "tensor(float16)":
@@ -1006,6 +1010,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+# Part of the cache key with the source's sha256: bump it when the rewrite changes what it writes.
 _RECORD_VERSION = 1
 
 
@@ -1018,9 +1023,8 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
     the analysis once; both cases raise :class:`BatchRewriteError` with the same one-line message.
     """
     src = Path(model_path)
-    proto, label = _load(src)
-    if has_dynamic_batch(proto):
-        return src
+    if not src.is_file():
+        raise ModelError(f"{src}: model file not found")
     sha = _sha256(src)
     root = Path(cache_dir) if cache_dir is not None else batch_cache_dir()
     out = root / f"{src.stem}-{sha[:12]}.batch.onnx"
@@ -1032,8 +1036,15 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
     if isinstance(rec, dict) and rec.get("version") == _RECORD_VERSION and rec.get("source_sha256") == sha:
         if rec.get("error"):
             raise BatchRewriteError(str(rec["error"]))
+        if rec.get("already_dynamic"):
+            return src
         if out.is_file() and rec.get("sha256") and rec["sha256"] == _sha256(out):
             return out
+    proto, label = _load(src)
+    if has_dynamic_batch(proto):
+        _write_atomic(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
+                                             "already_dynamic": True}, indent=2) + "\n").encode())
+        return src
     try:
         res = rewrite_batch(proto, label)
         checked = check_batch_rewrite(proto, res.model, check, label=label) if check else []
