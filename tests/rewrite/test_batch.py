@@ -180,3 +180,15 @@ def test_real_detectors_rewrite_and_check(assets: Path, name: str) -> None:
     assert res.changes and has_dynamic_batch(res.model)
     checked = check_batch_rewrite(path, res.model, batches=(1, 3))
     assert all(c["max_rel_err"] <= 1e-4 for c in checked)
+
+
+def test_rewrite_stays_off_the_builder() -> None:
+    """The runtime imports this module; it must not pull in the builder (TensorRT) or ONNX Runtime at import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, edgert.rewrite.batch; "
+            "print(sorted(m for m in sys.modules if m.startswith(('edgert.build', 'onnxruntime', 'tensorrt'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
