@@ -376,7 +376,7 @@ class _Analysis:
         if op in ("Resize", "Upsample"):
             if k != 0:
                 raise _Unsupported("expects the batch on axis 0")
-            self.check_resize(node)
+            self.check_resize(i, node)
             return [_Info(axis=0)]
         if op == "MatMul":
             return [self.matmul(node, t)]
@@ -561,7 +561,7 @@ class _Analysis:
             if int(pads[j]) or int(pads[j + len(axes)]):
                 raise _Unsupported("pads the batch axis")
 
-    def check_resize(self, node: onnx.NodeProto) -> None:
+    def check_resize(self, i: int, node: onnx.NodeProto) -> None:
         if node.op_type == "Upsample" or self.opset < 11:
             scales = _attr(node, "scales", None)
             if scales is None:
@@ -578,7 +578,25 @@ class _Analysis:
         if scales_v is not None and scales_v.size and float(scales_v.reshape(-1)[0]) != 1.0:
             raise _Unsupported("scales the batch axis")
         if sizes is not None and sizes.size:
-            raise _Unsupported("sets a fixed output size that includes the batch (Resize sizes)")
+            self.resize_sizes_to_scales(i, node, sizes, axes)
+
+    def resize_sizes_to_scales(self, i: int, node: onnx.NodeProto, sizes: np.ndarray, axes: Any) -> None:
+        """``sizes`` pins the batch at 1; the same output from ``scales`` (batch 1.0) where floor(in x scale)
+        gives back every size exactly, so ONNX Runtime and TensorRT compute the same coordinates."""
+        if _attr(node, "keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
+            raise _Unsupported("sets a fixed output size with a kept aspect ratio on the batch axis")
+        in_shape = self.shape(node.input[0])
+        dims = list(range(len(in_shape))) if axes is None else [_norm(int(a), len(in_shape)) for a in axes]
+        scales = np.array([1.0 if d == 0 else float(sz) / in_shape[d] for d, sz in zip(dims, sizes.tolist())],
+                          np.float32)
+        for d, sz, sc in zip(dims, sizes.tolist(), scales.tolist()):
+            if d != 0 and int(np.floor(np.float32(in_shape[d]) * np.float32(sc))) != int(sz):
+                raise _Unsupported(f"sets a fixed output size (Resize sizes {sizes.tolist()}) that no scale "
+                                   "reproduces exactly")
+        while len(node.input) < 3:
+            node.input.append("")
+        self.replace_input(i, node, 2, scales, f"sizes {sizes.tolist()} -> scales {scales.tolist()}")
+        self.new_inputs[(i, 3)] = np.array("", dtype=object)  # sizes dropped: scales alone
 
     def matmul(self, node: onnx.NodeProto, t: list[_Info | None]) -> _Info:
         a_shape, b_shape = self.shape(node.input[0]), self.shape(node.input[1])
@@ -643,6 +661,23 @@ class _Analysis:
                 return _sym_or_none(np.asarray(fn(a, b), dtype=object))
             if op == "Neg":
                 return _sym_or_none(np.asarray(-self.sym_of(node, 0, t), dtype=object))
+            if op == "Equal":
+                # torch exports test shape values against -1 or 0; B >= 1 decides those for every batch
+                a, b = np.broadcast_arrays(self.sym_of(node, 0, t), self.sym_of(node, 1, t))
+                out = self.vals[node.output[0]]
+                for x, y, v in zip(a.reshape(-1), b.reshape(-1), out.reshape(-1)):
+                    d = x - y
+                    if d.dep and (d.c * d.a < 0 and (-d.c) % d.a == 0):  # a*B + c == 0 for some B >= 1
+                        raise _Unsupported("compares a shape value with one the batch size can reach")
+                    if not d.dep and bool(d.c == 0) != bool(v):
+                        raise _Unsupported("compares shape values inconsistently")
+                return None  # the same at every batch: the probe's value
+            if op == "Where":
+                if t[0] is not None:
+                    raise _Unsupported("selects with a batch-dependent condition")
+                cond = self.vals[node.input[0]]
+                return _sym_or_none(np.asarray(np.where(cond, self.sym_of(node, 1, t), self.sym_of(node, 2, t)),
+                                               dtype=object))
             if op == "Concat":
                 parts = [self.sym_of(node, p, t) for p in range(len(node.input))]
                 return _sym_or_none(np.concatenate(parts, axis=int(_attr(node, "axis", 0))))

@@ -117,6 +117,16 @@ def test_gather_reduce_and_squeeze_of_the_batch_are_refused() -> None:
     q = _model([helper.make_node("Squeeze", ["x"], ["y"], name="Q")], [], [1, 1, 4], [4])
     with pytest.raises(BatchRewriteError, match=r"node Q \(Squeeze\) squeezes every dimension of size 1"):
         rewrite_batch(q)
+    # "if batch == 1" in the graph: true at batch 1, false after; no rewrite can keep that
+    e = _model([helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+                helper.make_node("Equal", ["b", "one"], ["eq"], name="E"),
+                helper.make_node("Cast", ["eq"], ["f"], to=TensorProto.FLOAT),
+                helper.make_node("Mul", ["x", "f"], ["y"])],
+               [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                numpy_helper.from_array(np.array(1, np.int64), "one")], [1, 4], [1, 4])
+    with pytest.raises(BatchRewriteError, match=r"node E \(Equal\) compares a shape value with one the batch"):
+        rewrite_batch(e)
 
 
 def test_check_catches_a_wrong_rewrite() -> None:
@@ -192,3 +202,27 @@ def test_rewrite_stays_off_the_builder() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_resize_sizes_become_scales_and_torch_shape_guards_are_followed() -> None:
+    """Resize with ``sizes`` [1,C,2H,2W] pins the batch; and a torch-style reshape target built as
+    Where(Equal(shape, -1), 1, shape) from Shape values needs no patch at all."""
+    nodes = [
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["up"], mode="nearest", name="Resize_sizes"),
+        helper.make_node("Shape", ["up"], ["shp"]),
+        helper.make_node("Equal", ["shp", "minus1"], ["eq"]),
+        helper.make_node("Where", ["eq", "ones", "shp"], ["target"]),
+        helper.make_node("Expand", ["bias", "target"], ["b"], name="Expand_shape"),
+        helper.make_node("Add", ["up", "b"], ["y"]),
+    ]
+    inits = [_i64("sizes", [1, 2, 6, 8]), _i64("minus1", [-1]), _i64("ones", [1, 1, 1, 1]),
+             numpy_helper.from_array(np.array([[[[0.5]], [[-1.0]]]], np.float32), "bias")]
+    original = _model(nodes, inits, [1, 2, 3, 4], [1, 2, 6, 8], name="resize")
+    res = rewrite_batch(original)
+    assert any("Resize_sizes" in c and "scales" in c for c in res.changes), res.changes
+    assert not any("Expand_shape" in c for c in res.changes)
+    assert all(c["max_rel_err"] == 0.0 for c in check_batch_rewrite(original, res.model, batches=(1, 2, 3)))
+    # uneven ratios (7/3, 9/7) too: the scale is what ONNX Runtime derives from the sizes itself
+    odd = _model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear", name="R")],
+                 [_i64("sz", [1, 2, 7, 9])], [1, 2, 3, 7], [1, 2, 7, 9])
+    assert all(c["max_rel_err"] <= 1e-6 for c in check_batch_rewrite(odd, rewrite_batch(odd).model, batches=(1, 2)))
