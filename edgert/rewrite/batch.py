@@ -210,6 +210,18 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor name the node's subgraphs (recursively) read."""
+    names: set[str] = set()
+    for a in node.attribute:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for g in graphs:
+            for n in g.node:
+                names.update(x for x in n.input if x)
+                names |= _subgraph_reads(n)
+    return names
+
+
 def _norm(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
@@ -260,6 +272,10 @@ class _Analysis:
         for i, node in enumerate(self.graph.node):
             touched = [self.info.get(n) if n else None for n in node.input]
             if not any(t is not None for t in touched):
+                # A subgraph (If, Loop) may read batched tensors of this scope without naming them as inputs.
+                if any(n in self.info for n in _subgraph_reads(node)):
+                    raise self.fail(node, "has a subgraph that reads the batch; batch rewriting does not enter "
+                                          "subgraphs")
                 continue  # the same at every batch: its value is the probe's
             try:
                 outs = self.node(i, node, touched)
@@ -297,7 +313,9 @@ class _Analysis:
         if op in _NCHW:
             if t0 is None or t0.axis != 0 or any(x is not None for x in t[1:]):
                 raise _Unsupported("expects the batch on axis 0 of its data input only")
-            return [_Info(axis=0)] + [None] * (n_out - 1)
+            if op == "MaxPool":  # Indices are per image too
+                return [_Info(axis=0)] * n_out
+            return [_Info(axis=0)] + [None] * (n_out - 1)  # BatchNormalization's running stats are not
         if t0 is None:
             raise _Unsupported("takes the batch in a parameter input")
         k = t0.axis
@@ -314,7 +332,7 @@ class _Analysis:
             axis = _norm(int(_attr(node, "axis", -1)), rank)
             if axis <= k:
                 raise _Unsupported(f"normalizes over the batch axis (axis {axis})")
-            return [_Info(axis=k)] + [None] * (n_out - 1)
+            return [_Info(axis=k)] * n_out  # Mean and InvStdDev keep the leading dims
         if op == "Transpose":
             perm = list(_attr(node, "perm", list(range(rank))[::-1]))
             return [_Info(axis=perm.index(k))]

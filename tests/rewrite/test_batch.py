@@ -127,6 +127,15 @@ def test_gather_reduce_and_squeeze_of_the_batch_are_refused() -> None:
                 numpy_helper.from_array(np.array(1, np.int64), "one")], [1, 4], [1, 4])
     with pytest.raises(BatchRewriteError, match=r"node E \(Equal\) compares a shape value with one the batch"):
         rewrite_batch(e)
+    # an If whose branch reads x from the outer scope: x is not among the If's inputs, still it is batched
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "then", [],
+                               [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [],
+                              [helper.make_tensor_value_info("n", TensorProto.FLOAT, [1, 4])])
+    f = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other, name="I")],
+               [numpy_helper.from_array(np.array(True), "c")], [1, 4], [1, 4])
+    with pytest.raises(BatchRewriteError, match=r"node I \(If\) has a subgraph that reads the batch"):
+        rewrite_batch(f)
 
 
 def test_check_catches_a_wrong_rewrite() -> None:
