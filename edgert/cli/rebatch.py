@@ -45,10 +45,13 @@ def parse_batches(text: str, flag: str = "--check") -> list[int]:
 def run(args: argparse.Namespace) -> int:
     import onnx
 
+    from edgert.errors import ConfigError
     from edgert.rewrite.batch import check_batch_rewrite, rewrite_batch
 
     batches = parse_batches(args.check)
     src, out = Path(args.model), Path(args.output)
+    if out.exists() and src.exists() and out.resolve() == src.resolve():
+        raise ConfigError(f"-o {out}: that is the source model; write the rewrite to another file")
     res = rewrite_batch(src)
     checked = check_batch_rewrite(src, res.model, batches) if batches and not res.already_dynamic else []
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -68,4 +71,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"check batch {c['batch']}: every row matches the original (max relative error {c['max_rel_err']:.1e})")
     if not checked:
         print("not checked (--check none)")
+    shapes = ",".join(f"{n}:{_dims(1, r)}/{_dims(4, r)}/{_dims(8, r)}" for n, r in _batched_inputs(res.model))
+    if shapes:
+        print(f"TensorRT engine for batches 1-8: edgert build {out} --shapes {shapes}")
     return 0
+
+
+def _dims(b: int, rest: list[int]) -> str:
+    return "x".join(str(d) for d in (b, *rest))
+
+
+def _batched_inputs(model: Any) -> list[tuple[str, list[int]]]:
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        dims = list(vi.type.tensor_type.shape.dim)
+        if vi.name in inits or not dims or dims[0].HasField("dim_value"):
+            continue
+        if all(d.HasField("dim_value") for d in dims[1:]):
+            out.append((vi.name, [int(d.dim_value) for d in dims[1:]]))
+    return out
