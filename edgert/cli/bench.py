@@ -5,6 +5,11 @@ session call, host copies included. GPU sessions add CUDA-event timings of host-
 device-to-host, and a second loop of compute alone (no copies), so the ratio of end-to-end throughput to
 compute-only throughput says how much the copies cost. ``--power`` samples the machine's power meter
 during the timed loop (watts, mJ per frame).
+
+``--batch 1,2,4,8`` measures batch sizes so a user can pick one: a batch-1 ONNX model's batch is made
+dynamic first (:func:`edgert.rewrite.batch.batched_model_path`: rewritten, checked on ONNX Runtime CPU,
+cached by sha256), then each size gets its own session (``shapes={input: (B, ...)}``) and the table gives
+calls/s, frames/s (B x calls/s) and p50/p99 latency per call; on GPU sessions also compute-only frames/s.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (onnxruntime CPU); 0: its default")
     p.add_argument("--power", action="store_true", help="sample the power meter during the timed loop")
     p.add_argument("--power-hz", type=float, default=20.0, help="power sample rate (default 20 Hz)")
+    p.add_argument("--batch", metavar="LIST",
+                   help="measure these batch sizes, e.g. 1,2,4,8 (a batch-1 ONNX model's batch is made dynamic "
+                        "first, checked and cached); throughput in frames/s = batch x calls/s")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -188,6 +196,95 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str) -> dict[s
     return res
 
 
+def _batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
+    """The inputs with a dynamic first dimension and their other dims (from the model, or --shapes OPT)."""
+    import onnx
+
+    from edgert.errors import ConfigError
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    inits = {t.name for t in graph.initializer}
+    given = _run_shapes(shapes) if shapes else {}
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if not dims or dims[0].HasField("dim_value"):
+            continue
+        if vi.name in given:
+            out[vi.name] = tuple(given[vi.name][1:])
+            continue
+        rest = tuple(int(d.dim_value) for d in list(dims)[1:] if d.HasField("dim_value"))
+        if len(rest) != len(dims) - 1:
+            raise ConfigError(f"{model.name}: input {vi.name} has dynamic dimensions besides the batch; give them "
+                              f"with --shapes {vi.name}:1x...")
+        out[vi.name] = rest
+    if not out:
+        raise ConfigError(f"{model.name}: no input has a dynamic batch dimension")
+    return out
+
+
+def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
+    """One session per batch size on the (rewritten if needed) model; frames/s = batch x calls/s."""
+    from edgert.backends import SessionOptions, get_backend
+    from edgert.errors import ConfigError
+    from edgert.rewrite.batch import batched_model_path
+
+    be = get_backend(args.backend)
+    src = Path(args.model)
+    if src.suffix.lower() != ".onnx":
+        raise ConfigError("--batch takes an ONNX model (an engine's batch sizes are fixed by its profiles)")
+    model = batched_model_path(src) if max(batches) > 1 else src
+    result: dict[str, Any] = {"model": str(src), "backend": be.name,
+                              "batched_model": None if model == src else str(model), "batches": []}
+    rest = _batch_inputs(model, args.shapes) if model != src or max(batches) > 1 else {}
+    path, built = model, None
+    if be.name in ("tensorrt", "tensorrt-rtx"):
+        hi = max(batches)
+        profile = [f"{n}:{'x'.join(str(d) for d in (1, *r))}/{'x'.join(str(d) for d in (hi, *r))}/"
+                   f"{'x'.join(str(d) for d in (hi, *r))}" for n, r in rest.items()]
+        path, built = _model_for_backend(model, be.name, args.precision, profile)
+        result["engine"] = {"path": str(path), "build": built}
+    for b in batches:
+        shapes = {n: (b, *r) for n, r in rest.items()}
+        options = SessionOptions(threads=args.threads, shapes=shapes, precision=args.precision)
+        with be.open(path, options) as session:
+            res = bench_session(session, args.iterations, args.warmup, args.duration,
+                                args.power_hz if args.power else None)
+        res["batch"] = b
+        res["calls_per_s"] = res["throughput_fps"]
+        res["frames_per_s"] = b * res["throughput_fps"]
+        gpu = res.get("gpu")
+        if gpu and gpu.get("compute_only_fps"):
+            gpu["compute_only_frames_per_s"] = b * gpu["compute_only_fps"]
+        power = res.get("power")
+        if power and power.get("mj_per_frame") is not None:
+            power["mj_per_frame"] = power["mj_per_frame"] / b  # bench_session counts calls, not frames
+        result["batches"].append(res)
+    return result
+
+
+def _fmt_batches(result: dict[str, Any]) -> str:
+    lines = [f"model        {result['model']}"]
+    if result.get("batched_model"):
+        lines.append(f"batched      {result['batched_model']} (batch made dynamic, checked)")
+    lines.append(f"backend      {result['backend']}")
+    gpu = any(r.get("gpu") for r in result["batches"])
+    head = f"{'batch':>5} {'calls/s':>9} {'frames/s':>9} {'p50 ms':>9} {'p99 ms':>9}"
+    lines.append(head + (f" {'compute frames/s':>17}" if gpu else ""))
+    for r in result["batches"]:
+        lat = r["latency_ms"]
+        row = (f"{r['batch']:>5} {r['calls_per_s']:>9.1f} {r['frames_per_s']:>9.1f} {lat['p50']:>9.2f} "
+               f"{lat['p99']:>9.2f}")
+        g = r.get("gpu") or {}
+        if gpu:
+            row += f" {g.get('compute_only_frames_per_s', 0.0):>17.1f}"
+        lines.append(row)
+    lines.append("latency is per call (a whole batch); frames/s = batch x calls/s")
+    return "\n".join(lines)
+
+
 def _fmt(res: dict[str, Any]) -> str:
     lat = res["latency_ms"]
     lines = [
@@ -225,6 +322,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations <= 0 or args.warmup < 0 or (args.duration is not None and args.duration <= 0):
         raise ConfigError("--iterations and --duration must be positive, --warmup 0 or more")
+    if args.batch:
+        from edgert.cli.rebatch import parse_batches
+
+        batches = parse_batches(args.batch, "--batch")
+        if not batches:
+            raise ConfigError("--batch: give batch sizes, e.g. 1,2,4,8")
+        if args.precisions:
+            raise ConfigError("--batch and --precisions: measure one at a time")
+        result = bench_batches(args, batches)
+        print(json.dumps(result, indent=2) if args.json else _fmt_batches(result))
+        return 0
     if args.precisions:
         if args.backend not in ("tensorrt", "tensorrt-rtx"):
             raise ConfigError("--precisions compares TensorRT engine precisions: add --backend tensorrt")
