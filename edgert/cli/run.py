@@ -52,6 +52,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rail", help="power rail the budget applies to (power.rail)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at HOST:PORT/metrics")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+    p.add_argument("--report", metavar="PATH.html",
+                   help="write an HTML page with FPS, latency and watts over time and the summary at the end")
     g = p.add_argument_group("GPU pipeline (preprocessing and the confidence filter on the GPU; docs/gpu-pipeline.md)")
     g.add_argument("--gpu-pipeline", action="store_true",
                    help="run detection on the GPU pipeline (needs a GPU backend: onnxruntime-cuda by default)")
@@ -214,6 +216,8 @@ def _service_observers(args: argparse.Namespace) -> tuple[list[Any], list[Callab
 def _speech(config: Any, args: argparse.Namespace) -> int:
     from edgert.errors import ConfigError
 
+    if getattr(args, "report", None):
+        raise ConfigError(f"--report: detection runs only, not task {config.task}")
     speech = _optional("edgert.speech")
     cli_run = getattr(speech, "cli_run", None) if speech is not None else None
     if cli_run is None:
@@ -284,12 +288,20 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
         observers = power.observers + service_observers + list(extra_observers or [])
         if sys.stderr.isatty() and not getattr(args, "json", False):
             observers.append(_Progress(config.runtime.max_frames))
+        report = None
+        if getattr(args, "report", None):
+            from edgert.report.html import attach_report
+
+            report = attach_report(observers, args.report, config.power.budget_w, config.power.rail)
         pipeline = Pipeline(config, observers=observers, admit=power.admit)
         _announce_web_previews(config)
         summary = pipeline.run()
         power_summary = power.summary()
         if power_summary is not None:
             summary["power"] = power_summary
+        if report is not None:
+            report.write(summary)  # again, now with the power summary (on_stop wrote it without)
+            print(f"edgert: report written to {report.path}", file=sys.stderr)
         return summary
     finally:
         for close in closers:
@@ -321,6 +333,8 @@ def _execute_gpu(config: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     if not config.model.path:
         raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+    if getattr(args, "report", None):
+        raise ConfigError("--report: not available with --gpu-pipeline yet")
     backend = config.model.backend if config.model.backend != "auto" else "onnxruntime-cuda"
     options = GpuPipelineOptions(memory=args.memory, slots=args.slots, cuda_graph=args.cuda_graph, backend=backend)
     return run_gpu_pipeline(config, options, preload=args.preload)

@@ -62,13 +62,24 @@ def page(title: str, body: str, *, subtitle: str = "", data: Any = None) -> str:
     made = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     blob = ""
     if data is not None:
-        text = json.dumps(data, default=str, allow_nan=False).replace("</", "<\\/")  # cannot close the script
+        text = json.dumps(_json_safe(data), default=str, allow_nan=False).replace("</", "<\\/")  # no </script>
         blob = f'<script type="application/json" id="edgert-data">{text}</script>\n'
     sub = f"{_e(subtitle)} · " if subtitle else ""
     return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{_e(title)}</title>\n'
             f"<style>{CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n"
             f'<p class="sub">{sub}written {_e(made)} by edgert</p>\n{body}\n{blob}</body>\n</html>\n')
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as null (JSON has neither), through dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _cell(value: Any, depth: int) -> str:
