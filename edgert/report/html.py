@@ -47,6 +47,7 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
                rail: str | None = None, title: str | None = None) -> str:
     """The run page: charts of ``series`` (:meth:`SeriesRecorder.to_dict`) and ``summary`` as a table."""
     x, x_label = _time_axis(series.get("t", []))
+    x_range = (0.0, max(x)) if x else None  # time from the start of the run
     parts: list[str] = []
     points = int(series.get("points", len(x)))
     interval = float(series.get("interval_s", 1.0))
@@ -55,7 +56,7 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
     if points == 0:
         parts.append('<p class="note">No data over time: the run ended before the first interval.</p>')
 
-    fps = Plot("Frames per second", x_label=x_label, y_label="FPS", chart_id="fps")
+    fps = Plot("Frames per second", x_label=x_label, y_label="FPS", chart_id="fps", x_range=x_range)
     fps.line("fps", x, series.get("fps", []), PALETTE[0], width=2.2)
     avg = summary.get("fps")
     if isinstance(avg, (int, float)) and avg > 0:
@@ -65,7 +66,7 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
     latency = series.get("latency_ms", {})
     for q, name in (("p50", "median"), ("p99", "99th percentile")):
         plot = Plot(f"Latency per stage, {name} ({q}) of each interval", x_label=x_label, y_label="ms",
-                    chart_id=f"latency-{q}")
+                    chart_id=f"latency-{q}", x_range=x_range)
         for stage in STAGES:
             values = latency.get(stage, {}).get(q, [])
             if _has_values(values):
@@ -75,7 +76,7 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
     watts = series.get("watts", [])
     if _has_values(watts) or budget_w is not None:
         label = f"Power ({rail})" if rail else "Power"
-        plot = Plot(label, x_label=x_label, y_label="W", chart_id="watts")
+        plot = Plot(label, x_label=x_label, y_label="W", chart_id="watts", x_range=x_range)
         if _has_values(watts):
             plot.line("watts", x, watts, PALETTE[2], width=2.2)
         if budget_w is not None:
@@ -88,7 +89,8 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
 
     dropped = series.get("dropped", [])
     if dropped and max(dropped) > 0:
-        plot = Plot("Dropped frames (cumulative)", x_label=x_label, y_label="frames", chart_id="dropped")
+        plot = Plot("Dropped frames (cumulative)", x_label=x_label, y_label="frames", chart_id="dropped",
+                    x_range=x_range)
         plot.line("dropped", x, dropped, PALETTE[5])
         parts.append(plot.svg())
 

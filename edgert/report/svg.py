@@ -158,7 +158,9 @@ class Plot:
             return (x_lo, x_hi), x_ticks, (y_lo, y_hi), ticks
         ys = self._ys or [0.0, 1.0]
         lo = min(0.0, min(ys)) if self.y_zero else min(ys)
-        y_ticks = nice_ticks(lo, max(ys), 5)
+        hi = max(ys)
+        # headroom: a series or reference line at the maximum should not run along the frame
+        y_ticks = nice_ticks(lo, hi + 0.04 * (hi - lo), 5)
         return (x_lo, x_hi), x_ticks, (y_ticks[0], y_ticks[-1]), y_ticks
 
     # -- output -------------------------------------------------------------------------------------
@@ -221,6 +223,7 @@ class Plot:
                    f'height="{ph + 4}"/></clipPath>')
         out.append(f'<g clip-path="url(#{clip})">')
         base = sy(y_lo) if self.log_y or y_lo > 0 else sy(0.0)
+        labels: list[str] = []
         for m in self._marks:
             if m.kind == "line":
                 dash = ' stroke-dasharray="6 4"' if m.dashed else ""
@@ -273,9 +276,11 @@ class Plot:
                     out.append(f'<line class="hline" data-series="{_e(m.name)}" data-value="{y:.6g}" '
                                f'x1="{_LEFT}" y1="{py:.1f}" x2="{_LEFT + pw}" y2="{py:.1f}" stroke="{m.color}" '
                                f'stroke-width="1.5"{dash}><title>{_e(m.name)}</title></line>')
-                    out.append(f'<text class="hlabel" x="{_LEFT + pw - 4}" y="{py - 4:.1f}" text-anchor="end" '
-                               f'fill="{m.color}">{_e(m.name)}</text>')
-        out.append("</g></svg>")
+                    labels.append(f'<text class="hlabel" x="{_LEFT + pw - 4}" y="{py - 4:.1f}" text-anchor="end" '
+                                  f'fill="{m.color}">{_e(m.name)}</text>')
+        out.append("</g>")
+        out.extend(labels)  # outside the clip: a label above a line at the top stays readable
+        out.append("</svg>")
         return "".join(out)
 
 
