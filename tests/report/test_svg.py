@@ -14,7 +14,7 @@ from edgert.report.svg import Plot, fmt, hbar_chart, nice_ticks
 def test_ticks_are_round_and_cover_the_range(lo: float, hi: float) -> None:
     ticks = nice_ticks(lo, hi)
     assert ticks[0] <= lo and ticks[-1] >= hi and 2 <= len(ticks) <= 12
-    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+    steps = {round(ticks[i + 1] - ticks[i], 9) for i in range(len(ticks) - 1)}  # no pairwise on 3.8
     assert len(steps) == 1
     mantissa = steps.pop() / 10 ** math.floor(math.log10(ticks[1] - ticks[0]))
     assert round(mantissa, 6) in (1, 2, 2.5, 5)
