@@ -18,7 +18,7 @@ import numpy as np
 from edgert.report.page import escape, page, table
 from edgert.report.svg import PALETTE, Plot, fmt
 
-__all__ = ["MAX_POINTS", "bench_report", "setting_name"]
+__all__ = ["MAX_POINTS", "bench_report", "setting_name", "setting_names"]
 
 #: Most points drawn for one latency trace; longer runs are averaged in bins.
 MAX_POINTS = 1000
@@ -29,6 +29,17 @@ _PERCENTILES = ("mean", "p50", "p90", "p95", "p99")  # max is in the table: one 
 def setting_name(result: Mapping[str, Any]) -> str:
     """``onnxruntime``, ``tensorrt fp16``: what distinguishes one bench result from another."""
     return f"{result.get('backend')}" + (f" {result['precision']}" if result.get("precision") else "")
+
+
+def setting_names(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One distinct label per result: the setting, then the model's file name, then a number if needed."""
+    names = [setting_name(r) for r in results]
+    if len(set(names)) < len(names):
+        names = [f"{n} {str(r.get('model') or '').replace(chr(92), '/').rsplit('/', 1)[-1]}".strip()
+                 for n, r in zip(names, results)]
+    if len(set(names)) < len(names):
+        names = [f"{n} #{i + 1}" for i, n in enumerate(names)]
+    return names
 
 
 def _binned(values: Sequence[float], max_points: int = MAX_POINTS) -> tuple[list[float], list[float], list[float]]:
@@ -50,7 +61,9 @@ def _width(categories: int) -> int:
 
 def _histogram(values: Sequence[float], bins: int = 50) -> tuple[list[float], list[float], float]:
     a = np.asarray(values, np.float64)
-    hi = float(np.percentile(a, 99)) if a.size else 1.0  # the far tail would squash everything else
+    # Up to p99, or 5 x p50 when the tail is longer than that (a loaded machine's stalls): the far tail
+    # would squash the shape of everything else into one bar.
+    hi = min(float(np.percentile(a, 99)), 5 * float(np.percentile(a, 50))) if a.size else 1.0
     lo = float(a.min()) if a.size else 0.0
     if hi <= lo:
         hi = lo + 1e-3
@@ -59,8 +72,7 @@ def _histogram(values: Sequence[float], bins: int = 50) -> tuple[list[float], li
     return centres, counts.astype(np.float64).tolist(), float(edges[1] - edges[0])
 
 
-def _comparison(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    names = [setting_name(r) for r in results]
+def _comparison(results: Sequence[Mapping[str, Any]], names: list[str]) -> list[str]:
     parts: list[str] = []
     n = len(results)
     width = 0.8 / n
@@ -142,7 +154,8 @@ def _traces(name: str, color: str, trace: Mapping[str, Any]) -> list[str]:
         if notes:
             parts.append(f'<p class="note">{escape(" ".join(notes))}</p>')
         centres, counts, step = _histogram(lat)
-        hist = Plot(f"{name}: latency histogram (up to p99; slower ones in the last bar)", x_label="ms",
+        hist = Plot(f"{name}: latency histogram (up to {fmt(centres[-1] + step / 2, 3)} ms; slower ones in the "
+                    "last bar)", x_label="ms",
                     y_label="iterations", chart_id="histogram", height=220)
         hist.bars("iterations", centres, counts, color, bar_width=step * 0.95, labels=False, legend=False)
         parts.append(hist.svg())
@@ -167,8 +180,8 @@ def bench_report(results: Sequence[Mapping[str, Any]], traces: Sequence[Mapping[
     one trace per result: ``{"latency_ms": [per iteration], "watts": [(seconds, watts), ...]}``."""
     if not results:
         return page("edgert bench", '<p class="note">No results.</p>')
-    names = [setting_name(r) for r in results]
-    parts = _comparison(results)
+    names = setting_names(results)
+    parts = _comparison(results, names)
     for k, (name, trace) in enumerate(zip(names, traces or [])):
         parts.append(f"<h2>{escape(name)}</h2>")
         parts += _traces(name, PALETTE[k % len(PALETTE)], trace)
@@ -177,7 +190,8 @@ def bench_report(results: Sequence[Mapping[str, Any]], traces: Sequence[Mapping[
         if len(results) > 1:
             parts.append(f"<h3>{escape(name)}</h3>")
         parts.append(table(r))
-    model = str(results[0].get("model") or "model").replace("\\", "/").rsplit("/", 1)[-1]
+    models = dict.fromkeys(str(r.get("model") or "model").replace("\\", "/").rsplit("/", 1)[-1] for r in results)
+    model = ", ".join(models)
     first = results[0]
     subtitle = f"{first.get('iterations')} timed iterations" + (f" per setting, {len(results)} settings"
                                                                 if len(results) > 1 else "")

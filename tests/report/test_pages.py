@@ -163,3 +163,33 @@ def test_calibration_report_plots_every_tensor_range_and_layer_sensitivity(brows
     assert rows == len(tensors) + 1
     image = screenshot(browser, tmp_path, "calibration-report")
     assert has_color(image, "#0072B2") and has_color(image, "#E69F00")
+
+
+def test_bench_report_compares_settings_side_by_side(browser: Browser, tmp_path: Path) -> None:
+    """Two real bench runs (a 32 px and a 64 px detector) on one page, as --precisions gives them."""
+    from edgert.backends import SessionOptions, get_backend
+    from edgert.cli.bench import bench_session
+    from edgert.report.bench import bench_report
+    from edgert.report.page import write_page
+
+    results, traces = [], []
+    for size in (32, 64):
+        model = tiny_detector(tmp_path / f"tiny{size}.onnx", size=size)
+        trace: dict[str, Any] = {}
+        with get_backend("onnxruntime").open(model, SessionOptions(threads=1)) as session:
+            res = bench_session(session, iterations=200, warmup=5, trace=trace)
+        res["model"] = str(model)
+        results.append(res)
+        traces.append(trace)
+    out = write_page(tmp_path / "two.html", bench_report(results, traces))
+    browser.load(out.as_uri())
+    legend = browser.evaluate("""[...document.querySelectorAll('svg[data-chart="latency-percentiles"] rect.bar')]
+        .map(r => r.getAttribute('data-series'))""")
+    assert legend == ["onnxruntime tiny32.onnx"] * 5 + ["onnxruntime tiny64.onnx"] * 5
+    fps = _values(browser, 'svg[data-chart="throughput"] rect.bar')
+    assert fps == pytest.approx([r["throughput_fps"] for r in results], rel=1e-5)
+    headings = browser.evaluate("[...document.querySelectorAll('h2')].map(h => h.textContent)")
+    assert headings[:2] == ["onnxruntime tiny32.onnx", "onnxruntime tiny64.onnx"]
+    assert [len(t) for t in browser.evaluate("[...document.querySelectorAll('svg[data-chart=\"trace\"]')]"
+                                             ".map(s => [...s.querySelector('polyline').points])")] == [200, 200]
+    screenshot(browser, tmp_path, "bench-two-settings")
