@@ -159,15 +159,28 @@ class Plot:
         ys = self._ys or [0.0, 1.0]
         lo = min(0.0, min(ys)) if self.y_zero else min(ys)
         hi = max(ys)
-        # headroom: a series or reference line at the maximum should not run along the frame
-        y_ticks = nice_ticks(lo, hi + 0.04 * (hi - lo), 5)
+        # headroom: a series or reference line at the maximum should not run along the frame, and a
+        # bar's value label needs a line of text above it
+        room = 0.12 if any(m.kind == "bars" and m.labels for m in self._marks) else 0.04
+        y_ticks = nice_ticks(lo, hi + room * (hi - lo), 5)
         return (x_lo, x_hi), x_ticks, (y_ticks[0], y_ticks[-1]), y_ticks
 
     # -- output -------------------------------------------------------------------------------------
     def svg(self) -> str:
         (x_lo, x_hi), x_ticks, (y_lo, y_hi), y_ticks = self._ranges()
-        w, h = self.width, self.height
-        pw, ph = w - _LEFT - _RIGHT, h - _TOP - _BOTTOM
+        w = self.width
+        # legend entries flow in rows under the title; each extra row makes the chart taller
+        legend: list[tuple[float, int, str, str, bool]] = []
+        lx, row = float(_LEFT), 0
+        for name, color, dashed in self._legend:
+            size = 32 + 7.2 * len(name)
+            if lx + size > w - _RIGHT and lx > _LEFT:
+                lx, row = float(_LEFT), row + 1
+            legend.append((lx, row, name, color, dashed))
+            lx += size
+        extra = 16 * (legend[-1][1] if legend else 0)
+        top, h = _TOP + extra, self.height + extra
+        pw, ph = w - _LEFT - _RIGHT, h - top - _BOTTOM
 
         def sx(x: float) -> float:
             return _LEFT + (x - x_lo) / (x_hi - x_lo or 1.0) * pw
@@ -178,7 +191,7 @@ class Plot:
                 lo, hi = math.log10(y_lo), math.log10(y_hi)
             else:
                 lo, hi = y_lo, y_hi
-            return _TOP + ph - (y - lo) / (hi - lo or 1.0) * ph
+            return top + ph - (y - lo) / (hi - lo or 1.0) * ph
 
         def ok(y: float | None) -> bool:
             return y is not None and math.isfinite(y) and (y > 0 or not self.log_y)
@@ -187,14 +200,12 @@ class Plot:
                f'height="{h}" role="img" aria-label="{_e(self.title)}"'
                + (f' data-chart="{_e(self.chart_id)}"' if self.chart_id else "") + ">",
                f'<text class="title" x="{_LEFT}" y="20">{_e(self.title)}</text>']
-        # legend: one row under the title
-        lx = float(_LEFT)
-        for name, color, dashed in self._legend:
+        for lx, row, name, color, dashed in legend:
+            ly = _LEGEND_Y + 16 * row
             dash = ' stroke-dasharray="5 3"' if dashed else ""
-            out.append(f'<line x1="{lx:.0f}" y1="{_LEGEND_Y - 4}" x2="{lx + 18:.0f}" y2="{_LEGEND_Y - 4}" '
+            out.append(f'<line x1="{lx:.0f}" y1="{ly - 4}" x2="{lx + 18:.0f}" y2="{ly - 4}" '
                        f'stroke="{color}" stroke-width="3"{dash}/>')
-            out.append(f'<text class="legend" x="{lx + 22:.0f}" y="{_LEGEND_Y}">{_e(name)}</text>')
-            lx += 30 + 6.6 * len(name)
+            out.append(f'<text class="legend" x="{lx + 22:.0f}" y="{ly}">{_e(name)}</text>')
         # grid and axes
         for t in y_ticks:
             gy = sy(t)
@@ -202,24 +213,24 @@ class Plot:
             out.append(f'<text class="tick" x="{_LEFT - 6}" y="{gy + 4:.1f}" text-anchor="end">{fmt(t)}</text>')
         if self.x_labels is not None:
             for i, label in enumerate(self.x_labels):
-                out.append(f'<text class="tick" x="{sx(i):.1f}" y="{_TOP + ph + 16}" text-anchor="middle">'
+                out.append(f'<text class="tick" x="{sx(i):.1f}" y="{top + ph + 16}" text-anchor="middle">'
                            f"{_e(label)}</text>")
         else:
             for t in x_ticks:
                 gx = sx(t)
-                out.append(f'<line class="grid" x1="{gx:.1f}" y1="{_TOP}" x2="{gx:.1f}" y2="{_TOP + ph}"/>')
-                out.append(f'<text class="tick" x="{gx:.1f}" y="{_TOP + ph + 16}" text-anchor="middle">'
+                out.append(f'<line class="grid" x1="{gx:.1f}" y1="{top}" x2="{gx:.1f}" y2="{top + ph}"/>')
+                out.append(f'<text class="tick" x="{gx:.1f}" y="{top + ph + 16}" text-anchor="middle">'
                            f"{fmt(t)}</text>")
-        out.append(f'<rect class="frame" x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}"/>')
+        out.append(f'<rect class="frame" x="{_LEFT}" y="{top}" width="{pw}" height="{ph}"/>')
         if self.x_label:
             out.append(f'<text class="axis" x="{_LEFT + pw / 2:.0f}" y="{h - 6}" text-anchor="middle">'
                        f"{_e(self.x_label)}</text>")
         if self.y_label:
-            out.append(f'<text class="axis" transform="translate(14 {_TOP + ph / 2:.0f}) rotate(-90)" '
+            out.append(f'<text class="axis" transform="translate(14 {top + ph / 2:.0f}) rotate(-90)" '
                        f'text-anchor="middle">{_e(self.y_label)}</text>')
         # marks, clipped to the plot area
         clip = f"clip{next(_CLIP_IDS)}"  # unique within a page that holds several charts
-        out.append(f'<clipPath id="{clip}"><rect x="{_LEFT}" y="{_TOP - 2}" width="{pw}" '
+        out.append(f'<clipPath id="{clip}"><rect x="{_LEFT}" y="{top - 2}" width="{pw}" '
                    f'height="{ph + 4}"/></clipPath>')
         out.append(f'<g clip-path="url(#{clip})">')
         base = sy(y_lo) if self.log_y or y_lo > 0 else sy(0.0)
@@ -253,13 +264,13 @@ class Plot:
                     if y is None or not ok(y):
                         continue
                     x0, x1 = sx(x - half), sx(x + half)
-                    top = sy(y)
+                    bar_top = sy(y)
                     tip = m.titles[i] if i < len(m.titles) else f"{m.name}: {fmt(y)}"
                     out.append(f'<rect class="bar" data-series="{_e(m.name)}" data-value="{y:.6g}" '
-                               f'x="{x0:.1f}" y="{min(top, base):.1f}" width="{max(x1 - x0, 1):.1f}" '
-                               f'height="{abs(base - top):.1f}" fill="{m.color}"><title>{_e(tip)}</title></rect>')
+                               f'x="{x0:.1f}" y="{min(bar_top, base):.1f}" width="{max(x1 - x0, 1):.1f}" '
+                               f'height="{abs(base - bar_top):.1f}" fill="{m.color}"><title>{_e(tip)}</title></rect>')
                     if m.labels:
-                        out.append(f'<text class="value" x="{(x0 + x1) / 2:.1f}" y="{min(top, base) - 3:.1f}" '
+                        out.append(f'<text class="value" x="{(x0 + x1) / 2:.1f}" y="{min(bar_top, base) - 3:.1f}" '
                                    f'text-anchor="middle">{fmt(y, 3)}</text>')
             elif m.kind == "segments":
                 for x, lo, hi in zip(m.xs, m.ys, m.highs):

@@ -174,7 +174,7 @@ class Browser:
             self._proc.wait(5.0)
         except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.wait(5.0)
+            self._proc.wait(30.0)  # a loaded machine can take a while to reap it
         self._out.close()
         self._log.close()
         shutil.rmtree(self._profile, ignore_errors=True)
