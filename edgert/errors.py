@@ -18,6 +18,7 @@ __all__ = [
     "InputError",
     "ModelError",
     "PowerError",
+    "ReportError",
     "ServiceError",
     "SinkError",
     "SourceError",
@@ -70,6 +71,10 @@ class SinkError(EdgertError):
 
 class PowerError(EdgertError):
     """A power meter or power budget is misconfigured."""
+
+
+class ReportError(EdgertError):
+    """A report page (``--report``) cannot be written."""
 
 
 class ServiceError(EdgertError):

@@ -68,7 +68,8 @@ def output_paths(out: str | Path) -> dict[str, Path]:
     p = Path(out)
     stem = p.with_suffix("") if p.suffix == ".onnx" else p
     return {"onnx": p if p.suffix == ".onnx" else p.with_suffix(".onnx"),
-            "cache": Path(f"{stem}.calib"), "report": Path(f"{stem}.report.json")}
+            "cache": Path(f"{stem}.calib"), "report": Path(f"{stem}.report.json"),
+            "report_html": Path(f"{stem}.report.html")}
 
 
 def _load(model: str | Path) -> tuple[onnx.ModelProto, bytes]:

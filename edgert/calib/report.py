@@ -1,7 +1,9 @@
-"""The calibration report: JSON for machines, a table for people.
+"""The calibration report: JSON for machines, a table and an HTML page (charts) for people.
 
 Per tensor: the range found, how it compares to the largest value seen, whether it got a Q/DQ pair,
 went to the TensorRT cache, or stayed float (and why). Then the accuracy check, time and peak memory.
+:func:`write_report` writes the JSON and, beside it (``X.report.html``), a self-contained page with
+per-tensor range and per-layer sensitivity plots (:mod:`edgert.report.calib`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from edgert.calib.histograms import TensorRange
 from edgert.errors import CalibrationError
 
-__all__ = ["format_table", "peak_rss_mb", "tensor_rows", "write_report"]
+__all__ = ["format_table", "html_path", "peak_rss_mb", "tensor_rows", "write_report"]
 
 
 def peak_rss_mb() -> float:
@@ -92,10 +94,25 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
     return "\n".join(lines)
 
 
+def html_path(path: str | Path) -> Path:
+    """Where the page goes beside the JSON report: ``X.report.json`` -> ``X.report.html``."""
+    p = Path(path)
+    return p.with_suffix(".html")
+
+
 def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
+    """Write the JSON report to ``path`` and the HTML page to :func:`html_path` of it; return ``path``."""
+    from edgert.errors import ReportError
+    from edgert.report.calib import calib_report
+    from edgert.report.page import write_page
+
     p = Path(path)
     try:
         p.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     except OSError as exc:
         raise CalibrationError(f"{p}: cannot write the report: {exc}") from exc
+    try:
+        write_page(html_path(p), calib_report(report))
+    except ReportError as exc:
+        raise CalibrationError(str(exc)) from None
     return p

@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
                    help="measure these batch sizes, e.g. 1,2,4,8 (a batch-1 ONNX model's batch is made dynamic "
                         "first, checked and cached); throughput in frames/s = batch x calls/s")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--report", metavar="PATH.html",
+                   help="also write an HTML page with charts of the results (latency per iteration, histogram, "
+                        "percentiles and throughput per setting, watts)")
     p.set_defaults(func=run)
 
 
@@ -104,8 +107,12 @@ def _open_power(hz: float) -> tuple[Any, str | None]:
 
 
 def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duration: float | None = None,
-                  power_hz: float | None = None) -> dict[str, Any]:
-    """Measure an open session. Returns JSON-ready figures (milliseconds, frames per second)."""
+                  power_hz: float | None = None, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure an open session. Returns JSON-ready figures (milliseconds, frames per second).
+
+    ``trace``, when given, receives the raw series for a report: ``latency_ms`` (each timed iteration)
+    and, when watts were sampled, ``watts`` as (seconds since the first sample, watts) pairs.
+    """
     from edgert.backends.gpu_session import GpuSession
 
     fill_inputs(session)
@@ -132,11 +139,17 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
             lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
             sampler.add_frames(len(lat))
         power_summary = sampler.summary()
+        if trace is not None:
+            samples = sampler.samples()
+            t0 = samples[0].reading.time if samples else 0.0
+            trace["watts"] = [(s.reading.time - t0, s.reading.total_w) for s in samples]
     else:
         lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
     if is_gpu:
         session.timing = False
     n = len(lat)
+    if trace is not None:
+        trace["latency_ms"] = lat
     result.update({"iterations": n, "latency_ms": _percentiles(lat), "throughput_fps": n / total if total else 0.0})
     if is_gpu:
         # Timing events cost a little; the compute-only loop runs without them, like the copies-included loop.
@@ -181,7 +194,8 @@ def _run_shapes(shapes: list[str]) -> dict[str, tuple[int, ...]]:
     return {p.name: p.opt for p in parse_shapes(shapes)}
 
 
-def _bench_one(args: argparse.Namespace, backend: str, precision: str) -> dict[str, Any]:
+def _bench_one(args: argparse.Namespace, backend: str, precision: str,
+               trace: dict[str, Any] | None = None) -> dict[str, Any]:
     from edgert.backends import SessionOptions, get_backend
 
     be = get_backend(backend)
@@ -189,7 +203,7 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str) -> dict[s
     options = SessionOptions(threads=args.threads, shapes=_run_shapes(args.shapes), precision=precision)
     with be.open(path, options) as session:
         res = bench_session(session, args.iterations, args.warmup, args.duration,
-                            args.power_hz if args.power else None)
+                            args.power_hz if args.power else None, trace)
     res.update({"model": str(args.model), "backend": be.name, "precision": precision if built else None})
     if built:
         res["engine"] = {"path": str(path), "build": built}
@@ -322,6 +336,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations <= 0 or args.warmup < 0 or (args.duration is not None and args.duration <= 0):
         raise ConfigError("--iterations and --duration must be positive, --warmup 0 or more")
+    if args.report:
+        from edgert.report.page import check_writable
+
+        check_writable(args.report)  # before minutes of benchmarking, not after
     if args.batch:
         from edgert.cli.rebatch import parse_batches
 
@@ -340,7 +358,9 @@ def run(args: argparse.Namespace) -> int:
         bad = [p for p in precisions if p not in ("fp32", "fp16", "int8", "best")]
         if bad:
             raise ConfigError(f"--precisions: {', '.join(bad)} unknown. Note: valid are fp32, fp16, int8, best")
-        results = [_bench_one(args, args.backend, p) for p in precisions]
+        traces: list[dict[str, Any]] = [{} for _ in precisions]
+        results = [_bench_one(args, args.backend, p, t) for p, t in zip(precisions, traces)]
+        _write_report(args.report, results, traces)
         if args.json:
             print(json.dumps(results, indent=2))
         else:
@@ -351,6 +371,20 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r['precision']:<10} {r['latency_ms']['p50']:>9.3f} {r['latency_ms']['p99']:>9.3f} "
                       f"{r['throughput_fps']:>9.1f} {'' if cfps is None else f'{cfps:12.1f}'}")
         return 0
-    res = _bench_one(args, args.backend, args.precision)
+    trace: dict[str, Any] = {}
+    res = _bench_one(args, args.backend, args.precision, trace)
+    _write_report(args.report, [res], [trace])
     print(json.dumps(res, indent=2) if args.json else _fmt(res))
     return 0
+
+
+def _write_report(path: str | None, results: list[dict[str, Any]], traces: list[dict[str, Any]]) -> None:
+    if not path:
+        return
+    import sys
+
+    from edgert.report.bench import bench_report
+    from edgert.report.page import write_page
+
+    write_page(path, bench_report(results, traces))
+    print(f"edgert: report written to {path}", file=sys.stderr)

@@ -51,6 +51,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rail", help="power rail the budget applies to (power.rail)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at HOST:PORT/metrics")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+    p.add_argument("--report", metavar="PATH.html",
+                   help="write an HTML page with FPS, latency and watts over time and the summary at the end")
     g = p.add_argument_group("processing (runtime.processing, runtime.slots ...; docs/pipeline.md)")
     g.add_argument("--processing", choices=["auto", "cpu", "gpu"],
                    help="cpu: host preprocessing and decoding; gpu: letterbox kernel and the confidence filter on "
@@ -151,8 +153,11 @@ def build_config(args: argparse.Namespace) -> Any:
 
 def _speech(config: Any, args: argparse.Namespace) -> int:
 
+    from edgert.errors import ConfigError
     from edgert.speech import cli_run
 
+    if getattr(args, "report", None):
+        raise ConfigError(f"--report: detection runs only, not task {config.task}")
     return int(cli_run(config, args))
 
 
@@ -233,10 +238,18 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
     if not config.source.uri and not config.sources:
         raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
     observers = list(extra_observers or [])
+    report = None
+    if getattr(args, "report", None):
+        from edgert.report.html import attach_report
+
+        report = attach_report(observers, args.report, config.power.budget_w, config.power.rail)
     if sys.stderr.isatty() and not getattr(args, "json", False):
         observers.append(_Progress(config.runtime.max_frames))
     _announce_servers(config)
-    return Pipeline(config, observers=observers).run()
+    summary: dict[str, Any] = Pipeline(config, observers=observers).run()
+    if report is not None:
+        print(f"edgert: report written to {report.path}", file=sys.stderr)
+    return summary
 
 
 def _announce_servers(config: Any) -> None:

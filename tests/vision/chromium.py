@@ -6,6 +6,7 @@ each a JSON text ended by a NUL byte. That is all a test needs to open a page an
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -134,6 +135,36 @@ class Browser:
             raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
         return result["result"].get("value")
 
+    def load(self, url: str, width: int = 1100, height: int = 900, timeout: float = 20.0) -> None:
+        """Open ``url`` in a ``width`` x ``height`` viewport and wait until the document has loaded."""
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, self.session)
+        self.goto(url)
+        self.wait_for("document.readyState === 'complete' && location.href !== 'about:blank'", timeout)
+
+    def wait_for(self, expression: str, timeout: float = 20.0) -> Any:
+        """Evaluate ``expression`` until it is truthy; return its value (TimeoutError after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"still false after {timeout} s: {expression}")
+            time.sleep(0.1)
+
+    def screenshot(self, path: str | os.PathLike[str], full_page: bool = True) -> bytes:
+        """A PNG of the page (the whole scrollable page when ``full_page``), written to ``path``."""
+        params: dict[str, Any] = {"format": "png"}
+        if full_page:
+            size = self.call("Page.getLayoutMetrics", session=self.session)["cssContentSize"]
+            params["clip"] = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+            params["captureBeyondViewport"] = True
+        data = base64.b64decode(self.call("Page.captureScreenshot", params, self.session, timeout=60.0)["data"])
+        with open(path, "wb") as f:
+            f.write(data)
+        return data
+
     def close(self) -> None:
         try:
             self.call("Browser.close", timeout=5.0)
@@ -143,7 +174,7 @@ class Browser:
             self._proc.wait(5.0)
         except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.wait(5.0)
+            self._proc.wait(30.0)  # a loaded machine can take a while to reap it
         self._out.close()
         self._log.close()
         shutil.rmtree(self._profile, ignore_errors=True)

@@ -15,7 +15,7 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, SourceConfig
 from edgert.errors import SinkError
-from edgert.pipeline import Pipeline, PipelineStats
+from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
 from edgert.vision.detections import Detections
 from edgert.vision.sinks import FrameResult, StreamInfo
 from edgert.vision.web.server import WebPreviewSink
@@ -98,7 +98,11 @@ def running_preview(tmp_path: Path) -> Iterator[WebPreviewSink]:
         def __call__(self) -> None:
             time.sleep(0.04)
 
-    pipeline = Pipeline(config, sinks=[sink], admit=Pace(), handle_signals=False)
+    class Watts(BaseObserver):  # what a power meter would set: 5.0 to 5.9 W, changing every frame
+        def on_frame(self, stats: PipelineStats) -> None:
+            stats.watts = 5.0 + (stats.frames % 10) / 10
+
+    pipeline = Pipeline(config, sinks=[sink], observers=[Watts()], admit=Pace(), handle_signals=False)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -148,3 +152,38 @@ def test_page_in_headless_chromium_shows_stream_and_live_stats(running_preview: 
         assert int(second["frames"]) > int(first["frames"]), (first, second)  # the stats text updates
         assert float(second["fps"]) > 0 and second["status"] == "live"
         assert running_preview.stats_payload()["viewers"] >= 1
+
+
+def test_page_draws_live_fps_and_watts_charts_over_a_rolling_window(running_preview: WebPreviewSink,
+                                                                    tmp_path: Path) -> None:
+    from tests.report.conftest import has_color, screenshot
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
+    probe = """JSON.stringify((() => {
+        const pts = (id) => [...document.querySelectorAll('#' + id + ' polyline')].flatMap(
+            p => [...p.points].map(q => [q.x, q.y]));
+        const h = window.edgertHistory;
+        return {fps: h.fps, watts: h.watts, t: h.t, fpsPoints: pts('fps-chart'), wattsPoints: pts('watts-chart'),
+                label: document.querySelector('#watts-chart .label').textContent};
+    })())"""
+    with Browser(chromium) as browser:
+        browser.load(running_preview.url + "?window=4", width=900, height=520)
+        browser.wait_for("window.edgertHistory && edgertHistory.watts.filter(w => w !== null).length >= 4", 30)
+        time.sleep(4.5)  # more than the window since the first poll: the oldest have been dropped
+        state = json.loads(browser.evaluate(probe))
+        fps = [v for v in state["fps"] if v is not None]
+        watts = [v for v in state["watts"] if v is not None]
+        # as many points drawn as the page's window holds, and the window keeps the newest 3 s only
+        assert len(state["fpsPoints"]) == len(fps) and len(state["wattsPoints"]) == len(watts) >= 3
+        assert state["t"][-1] - state["t"][0] <= 4.0 and 3 <= len(state["t"]) <= 10  # polled every 0.5 s
+        assert all(5.0 <= w <= 5.9 for w in watts) and max(fps) > 5  # the pipeline's numbers
+        assert state["label"] == f"Power: {watts[-1]:.2f} W"
+        xs = [x for x, _ in state["wattsPoints"]]
+        assert xs == sorted(xs)  # oldest on the left
+        (_, y_low), (_, y_high) = (state["wattsPoints"][watts.index(w)] for w in (min(watts), max(watts)))
+        if max(watts) > min(watts):
+            assert y_high < y_low  # more watts drawn higher
+        image = screenshot(browser, tmp_path, "web-preview", full_page=False)
+        assert has_color(image, "#56B4E9") and has_color(image, "#E69F00")
