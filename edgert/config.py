@@ -7,13 +7,14 @@ from YAML keeps the line of every key, so an error reads
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-import types
+import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, Optional, Tuple, TypeVar, Union
 
 import yaml
 
@@ -302,7 +303,7 @@ def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tup
     if not isinstance(data, Mapping):
         raise where.error(path, f"expected a mapping, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         key = str(key)
@@ -314,6 +315,75 @@ def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tup
         return cls(**kwargs)
     except FieldError as exc:
         raise where.error((*path, exc.field_name), exc.message) from None
+
+
+# Field types. With ``from __future__ import annotations`` every annotation is a string; typing.get_type_hints
+# would evaluate ``str | None`` and ``tuple[int, int]``, which Python 3.8 (JetPack 5) cannot. So the strings are
+# parsed here, into the typing forms every supported Python has (Optional, Tuple, Literal).
+
+_BUILTIN_TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool, "None": type(None)}
+_TYPES_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    cached = _TYPES_CACHE.get(cls)
+    if cached is None:
+        namespace = vars(sys.modules[cls.__module__])
+        cached = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            tp = f.type
+            cached[f.name] = _parse_annotation(tp, namespace) if isinstance(tp, str) else tp
+        _TYPES_CACHE[cls] = cached
+    return cached
+
+
+def _parse_annotation(text: str, namespace: Mapping[str, Any]) -> Any:
+    try:
+        node = ast.parse(text, mode="eval").body
+        return _annotation(node, namespace)
+    except (SyntaxError, KeyError, TypeError) as exc:
+        raise TypeError(f"config field type {text!r} is not supported by the loader: {exc}") from None  # an edgert bug
+
+
+def _subscript_items(node: ast.Subscript) -> list[ast.expr]:
+    sub: Any = node.slice
+    if sys.version_info < (3, 9) and isinstance(sub, ast.Index):  # Python 3.8 wraps the subscript
+        sub = sub.value  # type: ignore[attr-defined,unused-ignore]
+    return list(sub.elts) if isinstance(sub, ast.Tuple) else [sub]
+
+
+def _annotation(node: ast.expr, namespace: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return type(None)
+        if isinstance(node.value, str):
+            return node.value  # a Literal's member
+        raise TypeError(f"unexpected constant {node.value!r}")
+    if isinstance(node, ast.Name):
+        if node.id in _BUILTIN_TYPES:
+            return _BUILTIN_TYPES[node.id]
+        return namespace[node.id]  # a config dataclass of this module
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _annotation(node.left, namespace), _annotation(node.right, namespace)
+        return Union[left, right]
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        items = _subscript_items(node)
+        head = node.value.id
+        if head == "Literal":
+            return Literal.__getitem__(tuple(_literal(i) for i in items))
+        if head == "tuple":
+            if len(items) == 2 and isinstance(items[1], ast.Constant) and items[1].value is Ellipsis:
+                return Tuple[_annotation(items[0], namespace), ...]
+            return Tuple.__getitem__(tuple(_annotation(i, namespace) for i in items))
+        if head == "Optional":
+            return Optional[_annotation(items[0], namespace)]
+    raise TypeError(ast.dump(node))
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    raise TypeError(f"unexpected Literal member {ast.dump(node)}")
 
 
 def _kind(value: Any) -> str:
@@ -335,7 +405,7 @@ def _kind(value: Any) -> str:
 def _convert(tp: Any, value: Any, where: _Where, path: tuple[str, ...]) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin in (Union, types.UnionType):
+    if origin is Union:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]

@@ -283,10 +283,8 @@ def check_equivalence(model: Path, images: list[tuple[str, np.ndarray]]) -> dict
     differing = 0
     pairs = []
     per_image = []
-    with (
-        GpuPipeline(model, options=GpuPipelineOptions(memory="pinned", slots=1)) as pipe,
-        Detector(model, backend="onnxruntime-cuda") as cpu,
-    ):
+    with GpuPipeline(model, options=GpuPipelineOptions(memory="pinned", slots=1)) as pipe, \
+            Detector(model, backend="onnxruntime-cuda") as cpu:
         for name, img in images:
             cpu_t = cpu.preprocessor.allocate()
             t_cpu = cpu.preprocessor(img, cpu_t)

@@ -79,10 +79,8 @@ def test_gpu_detections_equal_cpu_path(assets: Path, memory: str) -> None:
 
     model = assets / "models" / "detection" / NANODET
     frames = _frames(assets, 6)
-    with (
-        Detector(model, backend="onnxruntime-cuda") as cpu,
-        GpuPipeline(model, options=GpuPipelineOptions(memory=memory, slots=2)) as pipe,
-    ):
+    with Detector(model, backend="onnxruntime-cuda") as cpu, \
+            GpuPipeline(model, options=GpuPipelineOptions(memory=memory, slots=2)) as pipe:
         assert pipe.memory_mode == memory
         expected = [cpu(f) for f in frames]
         got = [d for _, d in pipe.run(frames)]
@@ -99,10 +97,8 @@ def test_overflowing_candidate_buffer_falls_back_to_host_decoding(assets: Path) 
 
     model = assets / "models" / "detection" / NANODET
     frames = _frames(assets, 2)
-    with (
-        GpuPipeline(model, options=GpuPipelineOptions(slots=1)) as big,
-        GpuPipeline(model, options=GpuPipelineOptions(slots=1, candidates=1)) as small,
-    ):
+    with GpuPipeline(model, options=GpuPipelineOptions(slots=1)) as big, \
+            GpuPipeline(model, options=GpuPipelineOptions(slots=1, candidates=1)) as small:
         for f in frames:
             a, b = big.detect(f), small.detect(f)
             assert np.array_equal(a.class_id, b.class_id)
