@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional, Tuple, TypeVar, Union
 
 import yaml
 
+from edgert.coco import COCO_NAMES
 from edgert.errors import ConfigError
 
 __all__ = [
@@ -240,9 +241,10 @@ class PipelineConfig:
 class _Where:
     """Where a value came from: file name plus the line of each key path."""
 
-    def __init__(self, filename: str, lines: dict[tuple[str, ...], int]) -> None:
+    def __init__(self, filename: str, lines: dict[tuple[str, ...], int], base: Path | None = None) -> None:
         self.filename = filename
         self.lines = lines
+        self.base = base  # the folder relative paths in the file are relative to
 
     def error(self, path: tuple[str, ...], message: str) -> ConfigError:
         key = ".".join(path) if path else "(top level)"
@@ -294,14 +296,52 @@ def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
         _key_lines(node, (), lines)
     if data is None:
         data = {}
-    return from_mapping(cls, data, _Where(str(p), lines))
+    return from_mapping(cls, data, _Where(str(p), lines, p.resolve().parent))
+
+
+#: Stage configs that may be given as one string in YAML, and the field the string fills:
+#: ``model: yolov8n.onnx`` is ``model: {path: yolov8n.onnx}``, ``source: /dev/video0`` is ``source: {uri: ...}``.
+SHORTHANDS: dict[type, str] = {ModelConfig: "path", SourceConfig: "uri"}
+
+
+def _labels(value: str, where: _Where, path: tuple[str, ...]) -> tuple[str, ...]:
+    """``decode.names`` as a string: ``coco`` (the 80 COCO names) or a labels file, one name per line.
+
+    The file format is the one jetson-inference and DeepStream use; a relative path is relative to the
+    YAML file's folder (the working directory for configs not read from a file).
+    """
+    if value.strip().lower() == "coco":
+        return COCO_NAMES
+    labels = Path(value).expanduser()
+    if not labels.is_absolute() and where.base is not None:
+        labels = where.base / labels
+    try:
+        text = labels.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise where.error(path, f"labels file {labels} not found. Note: give a file with one class name per line, "
+                                "a list of names, or coco") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise where.error(path, f"cannot read labels file {labels}: {exc}") from None
+    lines = [line.strip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if not lines:
+        raise where.error(path, f"labels file {labels} is empty")
+    for i, line in enumerate(lines):
+        if not line:  # an empty line would shift every class id after it
+            raise where.error(path, f"{labels}:{i + 1}: empty line in the labels file (one class name per line)")
+    return tuple(lines)
 
 
 def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tuple[str, ...] = ()) -> T:
     """Build the dataclass ``cls`` from plain data, checking every key and type."""
     where = where or _Where("<config>", {})
+    shorthand = SHORTHANDS.get(cls)
+    if shorthand is not None and isinstance(data, str):
+        data = {shorthand: data}
     if not isinstance(data, Mapping):
-        raise where.error(path, f"expected a mapping, got {_kind(data)}")
+        expected = f"a string ({shorthand}) or a mapping" if shorthand else "a mapping"
+        raise where.error(path, f"expected {expected}, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = _field_types(cls)
     kwargs: dict[str, Any] = {}
@@ -310,6 +350,9 @@ def from_mapping(cls: type[T], data: Any, where: _Where | None = None, path: tup
         if key not in fields:
             valid = ", ".join(sorted(fields))
             raise where.error((*path, key), f"unknown key. Note: valid keys are {valid}")
+        if cls is DecodeConfig and key == "names" and isinstance(value, str):
+            kwargs[key] = _labels(value, where, (*path, key))
+            continue
         kwargs[key] = _convert(hints[key], value, where, (*path, key))
     try:
         return cls(**kwargs)
