@@ -98,10 +98,10 @@ survey() {
         echo "  jetson   no: not a JetPack system (no /etc/nv_tegra_release); Jetson-only items are listed for reference"
     fi
 
-    if [ -x "$PYTHON" ] && python_has "$PYTHON" 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
+    if [ -x "$PYTHON" ] && python_has "$PYTHON" 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)'; then
         report ok "python $("$PYTHON" -c 'import platform; print(platform.python_version())') ($PYTHON)"
     else
-        report missing "python >= 3.10 ($PYTHON)" "edgert needs Python 3.10+ (JetPack 6 and later; JetPack 5 ships 3.8)"
+        report missing "python >= 3.8 ($PYTHON)" "edgert needs Python 3.8+ (JetPack 5 ships 3.8, JetPack 6 3.10, JetPack 7 3.12)"
     fi
 
     echo "system packages"
@@ -156,8 +156,15 @@ survey() {
         else
             report missing "cv2 with GStreamer in the virtualenv" "remove pip's opencv-python from $VENV; use JetPack's"
         fi
+        # Optional: PyPI's onnxruntime-gpu wheels are x86-64 only; Jetson's come from NVIDIA (see jetson/README.md).
+        if python_has "$VENV/bin/python" "import onnxruntime as o, sys; sys.exit(0 if 'CUDAExecutionProvider' in o.get_available_providers() else 1)"; then
+            report ok "onnxruntime with CUDA in the virtualenv (optional)"
+        else
+            printf '  note     onnxruntime-gpu (optional, for --backend onnxruntime-cuda): not from PyPI on a Jetson; %s\n' \
+                "JetPack 6: $VENV/bin/pip install onnxruntime-gpu 'numpy<2' --index-url https://pypi.jetson-ai-lab.io/jp6/cu126"
+        fi
     else
-        report missing "edgert in $VENV" "pip install 'edgert[$EXTRAS]' into the virtualenv"
+        report missing "edgert in $VENV" "pip install 'edgert[$EXTRAS]' 'numpy<2' into the virtualenv"
     fi
 }
 

@@ -51,7 +51,7 @@ def test_good_config_loads_with_types(tmp_path: Path) -> None:
         ("decode:\n  conf: 1.5\n", "pipeline.yaml:2: decode.conf: expected 0..1"),
         ("preprocess:\n  layout: CHW\n", "pipeline.yaml:2: preprocess.layout: expected one of auto, NCHW, NHWC"),
         ("runtime:\n  queue_size: 0\n", "pipeline.yaml:2: runtime.queue_size: expected >= 1"),
-        ("model: [1, 2]\n", "pipeline.yaml:1: model: expected a mapping"),
+        ("model: [1, 2]\n", "pipeline.yaml:1: model: expected a string (path) or a mapping"),
         ("model:\n  path: a\n   bad: indent\n", "pipeline.yaml:3: invalid YAML"),
     ],
 )
@@ -87,3 +87,44 @@ def test_good_config_through_cli_round_trips(tmp_path: Path) -> None:
 
 def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("config", str(tmp_path / "nope.yaml")), "config file not found")
+
+
+def test_model_and_source_as_strings(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "model: yolov8n.onnx\nsource: /dev/video0\n"))
+    assert cfg.model.path == "yolov8n.onnx" and cfg.model.backend == "auto"
+    assert cfg.source.uri == "/dev/video0" and cfg.source.loop is False
+    with pytest.raises(ConfigError, match=r"pipeline.yaml:1: source: expected a string \(uri\) or a mapping, got"):
+        load_config(write(tmp_path, "source: [1]\n"))
+
+
+def test_names_from_a_labels_file_beside_the_yaml(tmp_path: Path) -> None:
+    (tmp_path / "labels.txt").write_text("person\nfork lift\n  pallet  \n\n")  # trailing blank lines are fine
+    cfg = load_config(write(tmp_path, "decode:\n  names: labels.txt\n"))
+    assert cfg.decode.names == ("person", "fork lift", "pallet")
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    (elsewhere / "pipeline.yaml").write_text("decode: {names: ../labels.txt}\n")
+    assert load_config(elsewhere / "pipeline.yaml").decode.names == ("person", "fork lift", "pallet")
+
+
+def test_names_coco() -> None:
+    from edgert.coco import COCO_NAMES
+
+    cfg = from_mapping(DecodeConfig, {"names": "coco"})
+    assert cfg.names == COCO_NAMES and len(COCO_NAMES) == 80 and cfg.names[2] == "car"
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (None, r"pipeline.yaml:3: decode.names: labels file .*missing.txt not found"),
+        ("", r"pipeline.yaml:3: decode.names: labels file .* is empty"),
+        ("a\n\nb\n", r"pipeline.yaml:3: decode.names: .*missing.txt:2: empty line in the labels file"),
+    ],
+)
+def test_bad_labels_file_names_file_line_and_key(tmp_path: Path, labels: str | None, expected: str) -> None:
+    if labels is not None:
+        (tmp_path / "missing.txt").write_text(labels)
+    with pytest.raises(ConfigError, match=expected) as err:
+        load_config(write(tmp_path, "decode:\n  conf: 0.3\n  names: missing.txt\n"))
+    assert "\n" not in str(err.value)

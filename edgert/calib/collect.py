@@ -10,8 +10,9 @@ every activation of every image until the end: ~98 MiB per image on NanoDet.)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import onnx

@@ -35,8 +35,12 @@ def register(subparsers: Any) -> None:
                    help="strongly typed network (always on where TensorRT requires it: TensorRT-RTX, TensorRT 11)")
     p.add_argument("--no-timing-cache", action="store_true", help="do not read or write the persistent timing cache")
     p.add_argument("--force", action="store_true", help="rebuild even when the cached engine matches")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress indicator on stderr (default: when stderr is a terminal)")
+    # --progress / --no-progress by hand: argparse.BooleanOptionalAction needs Python 3.9 (JetPack 5 has 3.8).
+    progress = p.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None,
+                          help="progress indicator on stderr (default: when stderr is a terminal)")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                          help="no progress indicator")
     p.add_argument("--json", action="store_true", help="print the result and sidecar as JSON")
     p.set_defaults(func=run)
 

@@ -112,7 +112,10 @@ class _Feed:
         out: dict[str, int] = {}
         if self.source.live and self.source.dropped:
             out["stale_frames"] = int(self.source.dropped)
-        if self.source.skipped:
+        by_reason = getattr(self.source, "skipped_by_reason", None)
+        if by_reason:
+            out.update({str(k): int(v) for k, v in by_reason.items() if v})
+        elif self.source.skipped:
             out["corrupt_frames"] = int(self.source.skipped)
         for worker in self.workers:
             if worker.dropped:
@@ -297,7 +300,7 @@ class Pipeline:
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
     def _open_sinks(self) -> None:
-        from edgert.vision.sinks import SinkWorker, StreamInfo, open_sink
+        from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
 
         feeds = self._feeds
         several = len(feeds) > 1
@@ -314,7 +317,7 @@ class Pipeline:
             for spec, owner in plan:
                 src = (owner or feeds[0]).source
                 title = f"{_basename(self.config.model.path)} on {src.uri}"
-                sink = open_sink(spec, title) if isinstance(spec, str) else spec
+                sink = as_sink(spec, title)
                 if owner is None and several and sink.needs_image:
                     raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "

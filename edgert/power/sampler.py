@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -221,7 +220,7 @@ class PowerSampler:
             return pts[0][1]
         area = 0.0
         span = 0.0
-        for (t0, w0), (t1, w1) in itertools.pairwise(pts):
+        for (t0, w0), (t1, w1) in zip(pts, pts[1:]):
             a = max(t0, start)
             if t1 <= a:
                 continue

@@ -18,9 +18,9 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 
+from edgert._package_data import read_text
 from edgert.config import PipelineConfig, load_config
 from edgert.errors import ServiceError
 from edgert.service.unit import (
@@ -186,7 +186,7 @@ def install(plan: InstallPlan, start: bool = True) -> list[str]:
         raise ServiceError(f"cannot write {plan.unit_path}: run with sudo, or pass --unit-dir") from None
     told = [f"wrote {plan.unit_path}"]
     if not plan.env_path.exists():
-        example = (resources.files("edgert.service") / "templates" / "edgert.env").read_text(encoding="utf-8")
+        example = read_text("edgert.service", "templates/edgert.env")
         try:
             _write_atomic(plan.env_path, example)
         except PermissionError:

@@ -17,9 +17,9 @@ import shlex
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
+from edgert._package_data import read_text
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
 
@@ -75,7 +75,7 @@ def unit_name(name: str) -> str:
 
 
 def template_text() -> str:
-    return (resources.files("edgert.service") / "templates" / "edgert.service.in").read_text(encoding="utf-8")
+    return read_text("edgert.service", "templates/edgert.service.in")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,12 +34,16 @@ class Detections:
     ``xyxy`` is (N, 4) float32 in original-frame pixels (x1, y1, x2, y2), ``confidence`` (N,) float32,
     ``class_id`` (N,) int32; ``names`` is the model's class-name table (may be empty: ids then name
     themselves). Arrays are coerced to those dtypes; shapes that disagree raise :class:`InputError`.
+
+    ``image`` is the BGR frame the boxes were found in, when the caller kept it (``Detector`` on a path or
+    an array does): ``plot()`` draws on a copy of it and ``save(path)`` writes that copy.
     """
 
     xyxy: np.ndarray
     confidence: np.ndarray
     class_id: np.ndarray
     names: tuple[str, ...] = ()
+    image: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         xyxy = _as(self.xyxy, np.float32, "xyxy")
@@ -90,7 +95,23 @@ class Detections:
         """A subset: ``det[det.confidence > 0.5]``, ``det[:3]``, ``det[[0, 2]]``."""
         if isinstance(index, (int, np.integer)):
             index = [int(index)]
-        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.names)
+        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.names, self.image)
+
+    def plot(self, image: np.ndarray | None = None, labels: bool = True) -> np.ndarray:
+        """An annotated copy of ``image`` (default: the frame these detections came from); needs OpenCV."""
+        frame = self.image if image is None else image
+        if frame is None:
+            raise InputError("Detections.plot: no image to draw on. Note: pass plot(frame), or call the Detector "
+                             "on the image itself")
+        from edgert.vision.draw import draw_detections  # draw imports this module
+
+        return draw_detections(np.array(frame, dtype=np.uint8, copy=True), self, labels=labels)
+
+    def save(self, path: str | Path, image: np.ndarray | None = None) -> Path:
+        """Write :meth:`plot` to ``path`` (the suffix picks the format: .jpg, .png, ...); returns the path."""
+        from edgert.vision.image_io import write_image
+
+        return write_image(path, self.plot(image))
 
     def counts(self) -> dict[str, int]:
         """Detections per class name (for summaries)."""

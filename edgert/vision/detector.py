@@ -4,7 +4,9 @@ The convenience API for applications, calibration comparisons and tests. The str
 the same three parts (``session``, ``preprocessor``, ``decoder``) on separate threads.
 
     with Detector("yolov8n.onnx") as det:
-        for box, name in zip(det(frame).xyxy, det(frame).class_names()): ...
+        found = det("street.jpg")          # a path, or a BGR array (cv2.imread, a video frame)
+        for box, name in zip(found.xyxy, found.class_names()): ...
+        found.save("street-boxes.jpg")     # found.plot(): the annotated copy as an array
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from edgert.errors import ModelError
 from edgert.types import TensorSpec
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
+from edgert.vision.image_io import read_image
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
 
 __all__ = ["Detector", "concrete_output_specs", "image_input", "sample_output_specs"]
@@ -106,12 +109,15 @@ class Detector:
         buf = self.session.inputs[self.input_name]
         return self.preprocessor(frame_bgr, buf if self.batch == 1 else buf[0])
 
-    def __call__(self, frame_bgr: np.ndarray) -> Detections:
-        transform = self.preprocess(frame_bgr)
+    def __call__(self, image: np.ndarray | str | Path) -> Detections:
+        """Detect objects in a BGR frame or an image file; the result keeps the frame for ``plot``/``save``."""
+        frame = read_image(image) if isinstance(image, (str, Path)) else image
+        transform = self.preprocess(frame)
         outputs = self.session.infer()
         if self.batch > 1:
             outputs = {name: value[:1] for name, value in outputs.items()}
-        return self.decoder(outputs, transform)
+        found = self.decoder(outputs, transform)
+        return Detections(found.xyxy, found.confidence, found.class_id, found.names, frame)
 
     def close(self) -> None:
         if self._owns_session:

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from edgert._package_data import read_text
 from edgert.errors import InputError
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor, letterbox_placement
 
@@ -55,7 +55,7 @@ BLOCK = (32, 8, 1)
 
 def kernel_source(name: str) -> str:
     """The text of ``edgert/vision/kernels/<name>`` (shipped as package data)."""
-    return resources.files("edgert.vision").joinpath("kernels", name).read_text(encoding="utf-8")
+    return read_text("edgert.vision", f"kernels/{name}")
 
 
 def linear_tables(src_len: int, dst_len: int, channels: int = 1) -> np.ndarray:

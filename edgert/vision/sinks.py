@@ -6,9 +6,13 @@ of preallocated image buffers. When the sink is slower than the pipeline the que
 dropped for that sink and counted; the pipeline never waits for a sink.
 
 URIs: ``jsonl://events.jsonl``, ``jsonl://-`` (stdout), ``out.mp4`` / ``out.avi`` (annotated video),
-``display://0`` (an OpenCV window), ``http://127.0.0.1:8080`` (web preview: MJPEG stream + live stats;
-give another host such as 0.0.0.0 to serve beyond this machine), ``rtsp://server:8554/edgert`` (publish
-through GStreamer's rtspclientsink to an RTSP server such as mediamtx).
+``out.jpg`` (the last annotated frame, replaced atomically), ``frames/`` (one annotated image per frame;
+``frames/?every=10`` every tenth), ``display://0`` (an OpenCV window), ``http://127.0.0.1:8080`` (web
+preview: MJPEG stream + live stats; give another host such as 0.0.0.0 to serve beyond this machine),
+``rtsp://server:8554/edgert`` (publish through GStreamer's rtspclientsink to an RTSP server such as mediamtx).
+
+From Python, :class:`CallbackSink` hands every frame's :class:`FrameResult` to a function, on the sink's
+own thread: ``Pipeline(config, sinks=[CallbackSink(on_frame)]).run()``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ import os
 import queue
 import sys
 import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import parse_qs
 
 import numpy as np
 
@@ -34,14 +41,18 @@ from edgert.vision.detections import Detections
 
 __all__ = [
     "VIDEO_SUFFIXES",
+    "CallbackSink",
     "DisplaySink",
     "FrameResult",
+    "ImageFileSink",
+    "ImageFolderSink",
     "JsonlSink",
     "RtspSink",
     "Sink",
     "SinkWorker",
     "StreamInfo",
     "VideoFileSink",
+    "as_sink",
     "open_sink",
     "rtsp_out_pipeline",
 ]
@@ -170,7 +181,7 @@ class JsonlSink(Sink):
 # Video file
 
 
-def _check_writable(path: Path) -> None:
+def _check_writable(path: Path, what: str = "the video") -> None:
     """Fail at open, in one line, when ``path`` cannot be created (OpenCV would only return False)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +191,7 @@ def _check_writable(path: Path) -> None:
         if not existed:
             path.unlink()
     except OSError as exc:
-        raise SinkError(f"{path}: cannot write the video here: {exc.strerror or exc}") from None
+        raise SinkError(f"{path}: cannot write {what} here: {exc.strerror or exc}") from None
 
 
 class VideoFileSink(Sink):
@@ -337,6 +348,184 @@ class RtspSink(Sink):
 
 
 # --------------------------------------------------------------------------------------------------
+# Images: the last frame, or a folder of frames
+
+
+def _query(uri: str, text: str, allowed: Sequence[str]) -> tuple[str, dict[str, str]]:
+    """``path?key=value`` split into the path and its options; an unknown option is a one-line error."""
+    path, _, query = text.partition("?")
+    options: dict[str, str] = {}
+    for key, values in parse_qs(query, keep_blank_values=True).items():
+        if key not in allowed:
+            raise SinkError(f"{uri}: unknown option {key!r}. Note: valid options are {', '.join(allowed) or 'none'}")
+        options[key] = values[-1]
+    return path, options
+
+
+def _number(uri: str, key: str, value: str, kind: type, zero_ok: bool = False) -> Any:
+    try:
+        number = kind(value)
+    except ValueError:
+        number = -1
+    if number < 0 or (number == 0 and not zero_ok):
+        raise SinkError(f"{uri}: {key} expects {'a whole number' if kind is int else 'a number'} "
+                        f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
+    return number
+
+
+class ImageFileSink(Sink):
+    """The latest annotated frame in one image file (``out.jpg``), replaced atomically.
+
+    The file is rewritten at most every ``interval`` seconds while frames come (0: every frame it gets), and
+    once more at close, so it ends as the last frame of the run. Readers never see a partial image: each
+    version is written to a temporary name and renamed over the file.
+    """
+
+    needs_image = True
+    queue_size = 4  # write() is a copy between file writes: the queue rarely fills
+
+    def __init__(self, uri: str, path: Path, interval: float = 1.0) -> None:
+        super().__init__(uri)
+        self.path = path
+        self.interval = interval
+        self._latest: np.ndarray | None = None
+        self._dirty = False
+        self._last_write: float | None = None  # monotonic time of the last write; None: write the first frame
+        self.writes = 0
+
+    def open(self, info: StreamInfo) -> None:
+        from edgert.vision.image_io import encode_image
+
+        lazy_import("cv2", "writing images")
+        try:
+            encode_image(np.zeros((2, 2, 3), np.uint8), self.path.suffix)  # the format is writable
+        except Exception as exc:
+            raise SinkError(f"{self.path}: {exc}") from None
+        _check_writable(self.path, "the image")
+
+    def write(self, result: FrameResult) -> None:
+        if result.image is None:
+            return
+        if self._latest is None or self._latest.shape != result.image.shape:
+            self._latest = np.empty_like(result.image)
+        np.copyto(self._latest, result.image)  # the worker reuses result.image after this returns
+        self._dirty = True
+        now = time.monotonic()
+        if self._last_write is None or now - self._last_write >= self.interval:
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        from edgert.vision.image_io import write_image
+
+        if self._latest is None or not self._dirty:
+            return
+        try:
+            write_image(self.path, self._latest)
+        except Exception as exc:
+            raise SinkError(str(exc)) from None
+        self._dirty = False
+        self._last_write = now
+        self.writes += 1
+
+    def close(self) -> None:
+        self._flush(time.monotonic())
+
+
+class ImageFolderSink(Sink):
+    """One annotated image per frame (or per ``every`` frames) in a folder: ``frame_000042.jpg``.
+
+    For image sources each file takes its source image's name instead (``bus.jpg`` -> ``bus.jpg``), so a
+    folder in gives the same folder annotated. Every file is written whole (temporary name, then rename).
+    """
+
+    needs_image = True
+    queue_size = 32  # encoding a JPEG takes a few ms: a longer queue rides out bursts before dropping
+
+    def __init__(self, uri: str, folder: Path, every: int = 1, suffix: str = ".jpg") -> None:
+        super().__init__(uri)
+        self.folder = folder
+        self.every = every
+        self.suffix = suffix if suffix.startswith(".") else f".{suffix}"
+        self.written = 0
+
+    def open(self, info: StreamInfo) -> None:
+        from edgert.vision.image_io import encode_image
+
+        lazy_import("cv2", "writing images")
+        try:
+            encode_image(np.zeros((2, 2, 3), np.uint8), self.suffix)
+        except Exception as exc:
+            raise SinkError(f"{self.uri}: {exc}") from None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SinkError(f"{self.folder}: cannot make the folder: {exc.strerror or exc}") from None
+        if not os.access(self.folder, os.W_OK):
+            raise SinkError(f"{self.folder}: folder is not writable")
+
+    def name_for(self, result: FrameResult) -> str:
+        if result.file:
+            return Path(result.file).stem + self.suffix
+        return f"frame_{result.index:06d}{self.suffix}"
+
+    def write(self, result: FrameResult) -> None:
+        from edgert.vision.image_io import write_image
+
+        if result.image is None or result.index % self.every:
+            return
+        try:
+            write_image(self.folder / self.name_for(result), result.image)
+        except Exception as exc:
+            raise SinkError(str(exc)) from None
+        self.written += 1
+
+    def close(self) -> None:
+        if self.written:
+            log.info("wrote %d images to %s", self.written, self.folder)
+
+
+# --------------------------------------------------------------------------------------------------
+# A function of the application's
+
+
+class CallbackSink(Sink):
+    """Calls ``fn(result)`` with every frame's :class:`FrameResult`, on this sink's own thread.
+
+    The way to get each frame's detections out of a :class:`~edgert.pipeline.Pipeline` without
+    subclassing anything::
+
+        def on_frame(result: FrameResult) -> None:
+            print(result.index, result.detections.counts())
+
+        Pipeline(config, sinks=[CallbackSink(on_frame)]).run()
+
+    With ``image=True`` the result carries the annotated frame too (and ``result.detections.plot()`` works
+    on the raw boxes). The image buffer is reused once ``fn`` returns: copy it to keep it. A callback slower
+    than the pipeline gets frames dropped (counted as ``sink:callback://NAME``), never slows the pipeline;
+    an exception in it stops this sink (logged), not the pipeline.
+    """
+
+    def __init__(self, fn: Callable[[FrameResult], Any], image: bool = False, queue_size: int = 64,
+                 name: str | None = None) -> None:
+        super().__init__(f"callback://{name or getattr(fn, '__name__', type(fn).__name__)}")
+        self.fn = fn
+        self.needs_image = image
+        self.queue_size = queue_size
+        self.info: StreamInfo | None = None
+
+    def open(self, info: StreamInfo) -> None:
+        self.info = info
+
+    def write(self, result: FrameResult) -> None:
+        if result.image is not None and result.detections.image is None:
+            d = result.detections
+            result = FrameResult(result.index, result.timestamp,
+                                 Detections(d.xyxy, d.confidence, d.class_id, d.names, result.image),
+                                 result.image, result.file)
+        self.fn(result)
+
+
+# --------------------------------------------------------------------------------------------------
 # Running a sink without blocking the pipeline
 
 
@@ -461,9 +650,32 @@ def open_sink(uri: str, title: str = "edgert") -> Sink:
         return WebPreviewSink.from_uri(text, title)
     if text.startswith("rtsp://"):
         return RtspSink(text)
+    from edgert.vision.image_io import IMAGE_WRITE_SUFFIXES
+
     path_text = text[len("file://"):] if text.startswith("file://") else text
-    video = Path(path_text).expanduser()
-    if video.suffix.lower() in VIDEO_SUFFIXES:
-        return VideoFileSink(text, video)
-    valid = "jsonl://PATH, jsonl://-, out.mp4 (or .avi/.mkv/.mov), display://0, http://127.0.0.1:8080, rtsp://..."
+    bare = path_text.partition("?")[0]
+    target = Path(bare).expanduser()
+    if bare.endswith(("/", os.sep)) or (target.is_dir() and not target.suffix):
+        folder, options = _query(uri, path_text, ("every", "format"))
+        every = _number(uri, "every", options["every"], int) if "every" in options else 1
+        return ImageFolderSink(text, Path(folder).expanduser(), every, options.get("format", "jpg"))
+    if target.suffix.lower() in IMAGE_WRITE_SUFFIXES:
+        file, options = _query(uri, path_text, ("interval",))
+        interval = _number(uri, "interval", options["interval"], float, zero_ok=True) if "interval" in options else 1.0
+        return ImageFileSink(text, Path(file).expanduser(), interval)
+    if target.suffix.lower() in VIDEO_SUFFIXES:
+        return VideoFileSink(text, target)
+    valid = ("jsonl://PATH, jsonl://-, out.mp4 (or .avi/.mkv/.mov), out.jpg (or .png), a folder ending in / "
+             "(?every=N), display://0, http://127.0.0.1:8080, rtsp://...")
     raise SinkError(f"{uri}: unknown sink. Note: valid sinks are {valid}")
+
+
+def as_sink(spec: str | Sink | Callable[[FrameResult], Any], title: str = "edgert") -> Sink:
+    """A sink from what a user may pass in ``sinks=[...]``: a URI, a :class:`Sink`, or a function of a result."""
+    if isinstance(spec, str):
+        return open_sink(spec, title)
+    if isinstance(spec, Sink):
+        return spec
+    if callable(spec):
+        return CallbackSink(spec)
+    raise SinkError(f"{spec!r}: not a sink. Note: give a URI, a Sink, or a function taking a FrameResult")

@@ -42,9 +42,13 @@ from edgert.errors import SourceError
 
 __all__ = [
     "IMAGE_SUFFIXES",
+    "SKIP_DAMAGED_END",
+    "SKIP_UNDECODABLE",
+    "SKIP_UNREADABLE_IMAGE",
     "FrameSource",
     "ImageFilesSource",
     "LiveSource",
+    "RepeatedWarning",
     "VideoFileSource",
     "csi_pipeline",
     "gstreamer_available",
@@ -59,8 +63,38 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".
 #: rtspsrc jitter buffer: small, so a late packet is dropped rather than delaying every frame after it.
 RTSP_LATENCY_MS = 200
 
-#: Consecutive undecodable frames after which a video file is considered finished.
+#: Consecutive failed reads after which a video file is considered unreadable from there on.
 MAX_CONSECUTIVE_BAD_FRAMES = 25
+
+#: Reasons a file source skips frames (keys of ``FrameSource.skipped_by_reason``).
+SKIP_UNDECODABLE = "undecodable_frame"  # a frame inside the video failed to decode; later ones did
+SKIP_DAMAGED_END = "damaged_end"  # frames the container lists after the point where decoding stopped for good
+SKIP_UNREADABLE_IMAGE = "unreadable_image"  # an image file of a folder or glob that does not decode
+
+
+class RepeatedWarning:
+    """A warning that may happen many times: logged the first time, counted after, summed up at the end.
+
+    A damaged video or a folder of broken images would otherwise print the same line for every frame.
+    """
+
+    def __init__(self, logger: logging.Logger, message: str) -> None:
+        self.logger = logger
+        self.message = message  # %-format with the first occurrence's arguments
+        self.count = 0
+
+    def __call__(self, *args: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.logger.warning(self.message + " (further ones are counted, not logged)", *args)
+        else:
+            self.logger.debug(self.message, *args)
+
+    def summary(self, what: str) -> None:
+        """Log the total once (when there were more than one), then start counting afresh."""
+        if self.count > 1:
+            self.logger.warning("%s: %d in all", what, self.count)
+        self.count = 0
 
 
 def _cv2() -> Any:
@@ -135,8 +169,14 @@ class FrameSource(abc.ABC):
         self.height = 0
         self.fps: float | None = None  # nominal frames per second; None when the source has none
         self.dropped = 0  # live sources: stale frames replaced before the pipeline took them
-        self.skipped = 0  # frames that could not be decoded
+        self.skipped = 0  # frames that could not be decoded (all reasons)
+        self.skipped_by_reason: dict[str, int] = {}  # the same by reason (SKIP_* above)
         self.reconnects = 0
+        #: Why ``read()`` returned None: "end of input" at a normal end, else what cut the input short
+        #: (a damaged video, ...). None while the source still delivers.
+        self.end_reason: str | None = None
+        #: Whether the input ended before its end (damage): ``end_reason`` then says why.
+        self.ended_early = False
         self._opened = False
 
     @abc.abstractmethod
@@ -156,6 +196,17 @@ class FrameSource(abc.ABC):
     def info(self) -> dict[str, Any]:
         return {"uri": self.uri, "kind": self.kind, "live": self.live, "width": self.width,
                 "height": self.height, "fps": self.fps}
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` frames skipped for ``reason``."""
+        if count > 0:
+            self.skipped += count
+            self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count
+
+    def counters(self) -> dict[str, Any]:
+        """What the source counted, for summaries: skips by reason, drops, reconnects, why it ended."""
+        return {"skipped": dict(self.skipped_by_reason), "dropped": self.dropped, "reconnects": self.reconnects,
+                "end_reason": self.end_reason, "ended_early": self.ended_early}
 
     def __enter__(self) -> FrameSource:
         if not self._opened:
@@ -191,6 +242,8 @@ class VideoFileSource(FrameSource):
         self._cap: Any = None
         self._first: np.ndarray | None = None
         self._frame_count = 0
+        self._bad_frame = RepeatedWarning(log, "%s: frame %d cannot be decoded, skipped")
+        self._consumed = 0  # frames of this pass through the file: delivered or counted as undecodable
 
     def open(self) -> None:
         cv2 = _cv2()
@@ -221,6 +274,7 @@ class VideoFileSource(FrameSource):
             return None
         if self._first is not None:
             first, self._first = self._first, None
+            self._consumed += 1
             return _into(out, first)
         cv2 = _cv2()
         bad = 0
@@ -228,20 +282,43 @@ class VideoFileSource(FrameSource):
             ok, frame = self._cap.read(out) if out is not None else self._cap.read()
             if ok and frame is not None:
                 # Failed reads followed by a good one were damaged frames inside the file: counted skips.
-                self.skipped += bad
+                self.skip(SKIP_UNDECODABLE, bad)
+                self._consumed += bad + 1
                 return frame  # type: ignore[no-any-return]
-            position = int(self._cap.get(cv2.CAP_PROP_POS_FRAMES) or 0)
-            if self._frame_count and position < self._frame_count - 1 and bad < MAX_CONSECUTIVE_BAD_FRAMES:
+            # OpenCV's position counts decoded frames only; ours also counts the undecodable ones.
+            if self._frame_count and self._consumed + bad < self._frame_count - 1 and bad < MAX_CONSECUTIVE_BAD_FRAMES:
                 bad += 1
-                log.warning("%s: frame %d cannot be decoded, skipped", self.path, position)
+                self._bad_frame(self.path, self._consumed + bad - 1)
                 continue
-            if self.loop and position > 0:
+            # Frames the container lists that never came after failed reads: the file's damaged end. A
+            # shortfall of a frame or two (1 %) is the frame count's own error (some containers estimate it).
+            lost = self._frame_count - self._consumed if bad else 0
+            damaged = lost > max(2, self._frame_count // 100)
+            if damaged:
+                self._bad_frame.count = max(0, self._bad_frame.count - bad)  # read attempts, not frames
+                self.skip(SKIP_DAMAGED_END, lost)
+                reason = (f"damaged video: no frame decodes after frame {self._consumed} of {self._frame_count} "
+                          f"({lost} frames lost)")
+                log.warning("%s: %s", self.path, reason)
+            if self.loop and self._consumed > 0:
                 self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                self._consumed = 0
+                bad = 0
                 log.info("%s: end of video, looping", self.path)
                 continue
+            if damaged:
+                self._finish(reason, early=True)
+            else:
+                self._finish("end of input", early=False)
             return None
 
+    def _finish(self, reason: str, early: bool) -> None:
+        self.end_reason = reason
+        self.ended_early = early
+        self._bad_frame.summary(f"{self.path}: frames that could not be decoded")
+
     def close(self) -> None:
+        self._bad_frame.summary(f"{self.path}: frames that could not be decoded")
         if self._cap is not None:
             self._cap.release()
             self._cap = None
@@ -260,6 +337,7 @@ class ImageFilesSource(FrameSource):
         self._next = 0
         self._pending: np.ndarray | None = None
         self.current: Path | None = None  # the file the last frame came from
+        self._bad_image = RepeatedWarning(log, "%s: cannot decode image, skipped")
 
     def open(self) -> None:
         if not self.paths:
@@ -279,8 +357,8 @@ class ImageFilesSource(FrameSource):
             self._next += 1
             frame = cv2.imread(str(path), cv2.IMREAD_COLOR)
             if frame is None:
-                self.skipped += 1
-                log.warning("%s: cannot decode image, skipped", path)
+                self.skip(SKIP_UNREADABLE_IMAGE)
+                self._bad_image(path)
                 continue
             self.current = path
             return frame  # type: ignore[no-any-return]
@@ -295,9 +373,14 @@ class ImageFilesSource(FrameSource):
         if frame is None and self.loop and self.skipped < len(self.paths):
             self._next = 0
             frame = self._decode_next()
-        return None if frame is None else _into(out, frame)
+        if frame is None:
+            self.end_reason = "end of input"
+            self._bad_image.summary(f"{self.uri}: images that could not be decoded")
+            return None
+        return _into(out, frame)
 
     def close(self) -> None:
+        self._bad_image.summary(f"{self.uri}: images that could not be decoded")
         self._opened = False
 
 

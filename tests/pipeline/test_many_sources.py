@@ -17,6 +17,7 @@ import pytest
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import ConfigError, SourceError
 from edgert.pipeline import Pipeline
+from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from edgert.vision.sources import FrameSource
 from tests.pipeline.media import make_video, tiny_detector
 
@@ -68,18 +69,17 @@ def test_batching_across_sources_gives_each_source_its_own_detections(media: dic
     model = str(media["batched"])
     seen: dict[str, list[tuple[int, list[float]]]] = {}
 
-    class Collect:
-        lossless, needs_image, uri, queue_size = True, False, "collect://", 1024
+    class Collect(Sink):
+        lossless, queue_size = True, 1024
 
         def __init__(self) -> None:
+            super().__init__("collect://")
             self.rows: list[tuple[str | None, int, list[float]]] = []
 
-        def open(self, info: object) -> None: ...
+        def open(self, info: StreamInfo) -> None: ...
 
-        def write(self, result: object) -> None:
-            self.rows.append((result.source, result.index, result.detections.xyxy.ravel().tolist()))  # type: ignore[attr-defined]
-
-        def close(self) -> None: ...
+        def write(self, result: FrameResult) -> None:
+            self.rows.append((result.source, result.index, result.detections.xyxy.ravel().tolist()))
 
     sink = Collect()
     config = PipelineConfig(model=ModelConfig(path=model), sources=tuple(SourceConfig(uri=str(v)) for v in videos),

@@ -231,3 +231,15 @@ def test_draw_detections_marks_the_box() -> None:
     tall = np.zeros((60, 60, 3), np.uint8)
     draw_detections(tall, Detections([[5, 0, 50, 55]], [0.5], [0]))  # box at the top: label inside
     assert tall[2:12, 6:40].any()
+
+
+@pytest.mark.parametrize(("names", "expected"), [("coco", "car"), ("labels.txt", "pallet")])
+def test_end2end_model_without_metadata_names_classes_from_config(tmp_path: Path, names: str, expected: str) -> None:
+    model = rectangle_finder(tmp_path / "e2e.onnx")  # class 2, no names in its metadata
+    (tmp_path / "labels.txt").write_text("person\nforklift\npallet\n")
+    cfg = config(tmp_path, f"model: {model}\npreprocess: {{scale: 1.0}}\ndecode: {{names: {names}}}\n")
+    assert cfg.model.path == str(model)
+    with Detector(cfg.model.path, cfg) as det:
+        found = det(frame_with_rectangles())
+    assert det.decoder.kind == "end2end"
+    assert found.class_names() == [expected]

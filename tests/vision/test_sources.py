@@ -105,10 +105,8 @@ def test_missing_and_garbage_videos(tmp_path: Path) -> None:
         pass
     garbage = tmp_path / "garbage.mp4"
     garbage.write_bytes(np.random.default_rng(0).integers(0, 255, 4096, dtype=np.uint8).tobytes())
-    with (
-        pytest.raises(SourceError, match=r"cannot open as a video|no frame could be decoded") as info,
-        open_source(str(garbage)),
-    ):
+    with pytest.raises(SourceError, match=r"cannot open as a video|no frame could be decoded") as info, \
+            open_source(str(garbage)):
         pass
     assert "\n" not in str(info.value)
 
@@ -214,9 +212,7 @@ def test_live_source_stop_unblocks_a_waiting_read(tmp_path: Path) -> None:
 
 
 def test_unreachable_live_source_is_one_line_error() -> None:
-    with (
-        pytest.raises(SourceError, match="cannot open") as info,
-        LiveSource("rtsp://nowhere", lambda: cv2.VideoCapture("/nonexistent/stream.mp4")),
-    ):
+    with pytest.raises(SourceError, match="cannot open") as info, \
+            LiveSource("rtsp://nowhere", lambda: cv2.VideoCapture("/nonexistent/stream.mp4")):
         pass
     assert "\n" not in str(info.value)

@@ -14,11 +14,11 @@ import http.server
 import json
 import logging
 import threading
-from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
 from edgert._lazy import lazy_import
+from edgert._package_data import read_bytes
 from edgert.errors import SinkError
 from edgert.pipeline.stats import PipelineStats
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
@@ -32,7 +32,7 @@ JPEG_QUALITY = 80
 
 
 def _page() -> bytes:
-    return resources.files("edgert.vision.web").joinpath("index.html").read_bytes()
+    return read_bytes("edgert.vision.web", "index.html")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
