@@ -205,7 +205,7 @@ def test_image_folder_with_mixed_sizes_into_video_and_jsonl(media: dict[str, Pat
     assert r.returncode == 0, r.stderr
     files = [Path(json.loads(line)["file"]).name for line in events.read_text().splitlines()]
     assert files == ["0.png", "1.png", "2.png"]
-    assert json.loads(r.stdout)["drops"] == {"corrupt_frames": 1}
+    assert json.loads(r.stdout)["drops"] == {"unreadable_image": 1}
     cap = cv2.VideoCapture(str(video))
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3 and int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 96
 
