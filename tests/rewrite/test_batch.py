@@ -235,3 +235,15 @@ def test_resize_sizes_become_scales_and_torch_shape_guards_are_followed() -> Non
     odd = _model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="linear", name="R")],
                  [_i64("sz", [1, 2, 7, 9])], [1, 2, 3, 7], [1, 2, 7, 9])
     assert all(c["max_rel_err"] <= 1e-6 for c in check_batch_rewrite(odd, rewrite_batch(odd).model, batches=(1, 2)))
+
+
+def test_batch_moving_to_another_index_gets_the_one_wildcard() -> None:
+    """Batch at axis 2 of [2, 3, 1, 8] reshaped to [6, 1, -1]: it lands at axis 1, where ``0`` would copy the
+    wrong dim, so the target becomes [6, -1, 8] (the old wildcard resolved to its size)."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0, 3]),          # [2,3,1,8], batch at 2
+             helper.make_node("Reshape", ["t", "s"], ["r"], name="Reshape_move"),      # [6,1,8], batch at 1
+             helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0, 2])]              # [1,6,8]
+    original = _model(nodes, [_i64("s", [6, 1, -1])], [1, 2, 3, 8], [1, 6, 8])
+    res = rewrite_batch(original)
+    assert res.changes == ("Reshape_move (Reshape): shape [6, 1, -1] -> [6, -1, 8]",)
+    assert all(c["max_rel_err"] == 0.0 for c in check_batch_rewrite(original, res.model, batches=(1, 2, 5)))
