@@ -103,6 +103,8 @@ def test_run_cli_on_a_damaged_video_counts_the_frames_and_warns_once(tmp_path: P
     with open_source(str(video)) as source:
         delivered = _drain(source)
     assert summary["frames"] == delivered < FRAMES
-    assert summary["drops"]["corrupt_frames"] >= 1  # (the damaged end is counted once the runner reads it at the end)
+    # Every lost frame is counted, by reason: the damaged frames in the middle and the undecodable end.
+    assert summary["drops"] == source.skipped_by_reason and sum(summary["drops"].values()) == FRAMES - delivered
+    assert summary["stopped_by"].startswith("damaged video: no frame decodes after frame")
     assert r.stderr.count("cannot be decoded") == 1  # once, not once per failed read
     assert r.stderr.count("damaged video: no frame decodes after frame") == 1
