@@ -16,7 +16,8 @@ def anchor_points(xyxy: np.ndarray, anchor: str = "bottom_center") -> np.ndarray
     boxes = np.asarray(xyxy, np.float64).reshape(-1, 4)
     x = (boxes[:, 0] + boxes[:, 2]) * 0.5
     y = boxes[:, 3] if anchor == "bottom_center" else (boxes[:, 1] + boxes[:, 3]) * 0.5
-    return np.stack([x, y], axis=1)
+    out: np.ndarray = np.stack([x, y], axis=1)
+    return out
 
 
 def side_of_line(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -25,7 +26,8 @@ def side_of_line(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
     p = np.asarray(points, np.float64).reshape(-1, 2)
     d = b - a
     cross = d[0] * (p[:, 1] - a[1]) - d[1] * (p[:, 0] - a[0])
-    return np.sign(cross).astype(np.int8)
+    sides: np.ndarray = np.sign(cross).astype(np.int8)
+    return sides
 
 
 def path_crosses_segment(p: np.ndarray, q: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
@@ -52,4 +54,5 @@ def points_in_polygon(points: np.ndarray, polygon: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         x_cross = x1 + (y - y1) * (x2 - x1) / (y2 - y1)
     hits = straddles & (x < x_cross)
-    return (np.count_nonzero(hits, axis=1) % 2) == 1
+    inside: np.ndarray = (np.count_nonzero(hits, axis=1) % 2) == 1
+    return inside

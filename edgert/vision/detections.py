@@ -26,6 +26,12 @@ def _as(array: Any, dtype: type[np.generic], name: str) -> np.ndarray:
     return out
 
 
+def _same_tracks(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(np.array_equal(a, b))
+
+
 @dataclass(frozen=True, eq=False)
 class Detections:
     """Boxes found in one frame.
@@ -75,8 +81,7 @@ class Detections:
             and np.array_equal(self.xyxy, other.xyxy)
             and np.array_equal(self.confidence, other.confidence)
             and np.array_equal(self.class_id, other.class_id)
-            and (self.track_id is None) == (other.track_id is None)
-            and (self.track_id is None or np.array_equal(self.track_id, other.track_id))
+            and _same_tracks(self.track_id, other.track_id)
         )
 
     __hash__ = None  # type: ignore[assignment]  # arrays inside: not hashable
