@@ -234,7 +234,7 @@ class TrackConfig:
     thresholds, which are set for small detectors run at conf 0.25-0.35 (trackers' 0.7 suits large ones)."""
 
     tracker: str = "bytetrack"
-    track_activation_threshold: float = 0.4  # a new track needs a detection this confident
+    track_activation_threshold: float = 0.5  # a new track needs a detection this confident
     high_conf_det_threshold: float = 0.5  # ByteTrack's split between its two matching stages
     minimum_iou_threshold: float = 0.1  # a detection joins a track whose predicted box overlaps it this much
     lost_track_buffer: int = 30  # frames (at 30 fps) a lost track waits to be found again
