@@ -124,7 +124,8 @@ def test_zone_occupancy_holds_through_a_missed_frame() -> None:
      ":5: analytics.lines.0.points: expected 2 points"),
     ("track: {}\nanalytics:\n  zones:\n    - name: z\n      polygon: [[1, 2], [3, 4]]",
      ":5: analytics.zones.0.polygon: expected at least 3 points"),
-    ("track: {}\nanalytics:\n  lines:\n    - name: a\n      points: [[1, 2], [3]]", "analytics.lines.0.points.1: expected 2"),
+    ("track: {}\nanalytics:\n  lines:\n    - name: a\n      points: [[1, 2], [3]]",
+     "analytics.lines.0.points.1: expected 2"),
     ("analytics:\n  lines:\n    - {name: a, points: [[0, 1], [2, 3]]}", "add a track section"),
     ("track: {}\nanalytics:\n  lines:\n    - {name: a, points: [[0, 1], [2, 3]]}\n"
      "  zones:\n    - {name: a, polygon: [[0, 0], [1, 0], [1, 1]]}", "used twice: a"),
