@@ -19,6 +19,9 @@ INSTALL_HINTS: dict[str, str] = {
     "soundfile": "pip install 'edgert[speech]'",
     "sounddevice": "pip install sounddevice",
     "psutil": "pip install psutil",
+    "trackers": "pip install 'edgert[track]' (Python 3.10 or later)",
+    "supervision": "pip install 'edgert[track]' (Python 3.10 or later)",
+    "paho": "pip install 'edgert[mqtt]'",
 }
 
 

@@ -22,14 +22,8 @@ from edgert.vision.detections import Detections
 
 __all__ = ["Tracker"]
 
-_HINT = "pip install 'edgert[track]' (Python 3.10 or later)"
-
 
 def _load_trackers() -> Any:
-    from edgert._lazy import INSTALL_HINTS
-
-    INSTALL_HINTS.setdefault("trackers", _HINT)
-    INSTALL_HINTS.setdefault("supervision", _HINT)
     return lazy_import("trackers", "object tracking")
 
 

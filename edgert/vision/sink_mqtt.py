@@ -30,7 +30,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from edgert._lazy import INSTALL_HINTS, lazy_import
+from edgert._lazy import lazy_import
 from edgert.errors import SinkError
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo, event_records, frame_record
 
@@ -42,8 +42,6 @@ ENV_USERNAME = "EDGERT_MQTT_USERNAME"
 ENV_PASSWORD = "EDGERT_MQTT_PASSWORD"
 _OPTIONS = ("qos", "events", "queue", "client_id", "keepalive", "close_timeout", "ca")
 _MAX_QUEUE = 60000  # paho's message ids are 16-bit: keep every pending id distinct
-
-INSTALL_HINTS.setdefault("paho", "pip install 'edgert[mqtt]'")
 
 
 def _number(uri: str, key: str, text: str, low: float, high: float) -> float:
