@@ -323,3 +323,60 @@ def test_edgert_run_publishes_every_frame_to_a_broker_that_starts_late(broker: B
     summary = json.loads(out)
     assert summary["frames"] == 30 and not any(k.startswith("sink:") for k in summary["drops"]), summary
     assert sorted(set(frames)) == list(range(30)), frames
+
+
+OPENSSL = shutil.which("openssl")
+MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd")
+
+
+@needs_broker
+@pytest.mark.skipif(OPENSSL is None or MOSQUITTO_PASSWD is None,
+                    reason="openssl and mosquitto_passwd are needed to make a TLS broker with users")
+def test_mqtts_with_credentials_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TLS against a private CA, user and password from EDGERT_MQTT_USERNAME / EDGERT_MQTT_PASSWORD."""
+    assert OPENSSL is not None and MOSQUITTO_PASSWD is not None
+
+    def ssl(*args: str) -> None:
+        subprocess.run([OPENSSL, *args], check=True, capture_output=True, cwd=tmp_path)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=edgert test CA",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr")
+    (tmp_path / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "san.ext", "-out", "server.pem")
+    subprocess.run([MOSQUITTO_PASSWD, "-b", "-c", str(tmp_path / "passwd"), "cam1", "s3cret pass"], check=True,
+                   capture_output=True)
+    plain, tls = _free_port(), _free_port()
+    broker = Broker(tmp_path, plain)
+    # The subscriber uses the anonymous plain listener; the sink must log in over TLS.
+    broker.conf.write_text(
+        f"user {pwd.getpwuid(os.getuid()).pw_name}\nper_listener_settings true\n"
+        f"listener {plain} 127.0.0.1\nallow_anonymous true\n"
+        f"listener {tls} 127.0.0.1\nallow_anonymous false\npassword_file {tmp_path}/passwd\n"
+        f"cafile {tmp_path}/ca.pem\ncertfile {tmp_path}/server.pem\nkeyfile {tmp_path}/server.key\n",
+        encoding="utf-8")
+    broker.start()
+    try:
+        sub = Subscriber(plain).start()
+        try:
+            monkeypatch.setenv("EDGERT_MQTT_USERNAME", "cam1")
+            monkeypatch.setenv("EDGERT_MQTT_PASSWORD", "s3cret pass")
+            sink = open_sink(f"mqtts://127.0.0.1:{tls}/{TOPIC}?ca={tmp_path}/ca.pem&close_timeout=20")
+            sink.open(INFO)
+            for i in range(5):
+                sink.write(_result(i))
+            sink.close()
+            assert sorted(set(sub.wait_for(5))) == [0, 1, 2, 3, 4]
+            assert isinstance(sink, MqttSink) and sink.dropped == 0
+
+            monkeypatch.setenv("EDGERT_MQTT_PASSWORD", "wrong")
+            refused = open_sink(f"mqtts://127.0.0.1:{tls}/{TOPIC}?ca={tmp_path}/ca.pem&close_timeout=2")
+            refused.open(INFO)
+            refused.write(_result(99))
+            refused.close()  # never accepted: the message is counted as lost, not silently gone
+            assert refused.dropped == 1 and 99 not in sub.frames()
+        finally:
+            sub.stop()
+    finally:
+        broker.stop()
