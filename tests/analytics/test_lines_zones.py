@@ -150,3 +150,25 @@ def test_good_analytics_config(tmp_path: Path) -> None:
     assert cfg.analytics.lines[0].points == ((0.0, 288.0), (768.0, 288.0))
     assert cfg.analytics.lines[0].classes == ("person", "2") and cfg.analytics.enabled
     assert PipelineConfig().track is None and not PipelineConfig().analytics.enabled
+
+
+def test_counts_as_prometheus_metrics_labelled_by_line_zone_and_class() -> None:
+    parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client is in the test extra")
+    from edgert.pipeline.stats import PipelineStats
+    from edgert.service.metrics import render_metrics
+
+    zone = ZoneConfig(name="bay", polygon=((0.0, 0.0), (100.0, 0.0), (100.0, 200.0), (0.0, 200.0)))
+    analytics = Analytics(AnalyticsConfig(lines=(LINE,), zones=(zone,)))
+    _run(analytics, [_frame((1, 50, 130 - 10 * i, 0), (2, 150, 130 - 10 * i, 1)) for i in range(6)])
+    stats = PipelineStats()
+    stats.analytics_counts = analytics.counts()  # type: ignore[attr-defined]  # what the pipeline sets
+    fams = {f.name: f for f in parser.text_string_to_metric_families(render_metrics(stats, {}, True, 0.0))}
+    crossings = {(s.labels["line"], s.labels["class"], s.labels["direction"]): s.value
+                 for s in fams["edgert_line_crossings"].samples}
+    assert crossings == {("door", "car", "in"): 1, ("door", "car", "out"): 0,
+                         ("door", "person", "in"): 1, ("door", "person", "out"): 0}
+    occupancy = {(s.labels["zone"], s.labels["class"]): s.value for s in fams["edgert_zone_occupancy"].samples}
+    assert occupancy == {("bay", "person"): 1}
+    assert [s.value for s in fams["edgert_zone_entries"].samples] == [1]
+    plain = {f.name for f in parser.text_string_to_metric_families(render_metrics(PipelineStats(), {}, True, 0.0))}
+    assert "edgert_line_crossings" not in plain
