@@ -20,6 +20,9 @@ INSTALL_HINTS: dict[str, str] = {
     "sounddevice": "pip install sounddevice",
     "psutil": "pip install psutil",
     "pycocotools": "pip install 'edgert[val]'",
+    "trackers": "pip install 'edgert[track]' (Python 3.10 or later)",
+    "supervision": "pip install 'edgert[track]' (Python 3.10 or later)",
+    "paho": "pip install 'edgert[mqtt]'",
 }
 
 

@@ -22,9 +22,12 @@ from edgert.coco import COCO_NAMES
 from edgert.errors import ConfigError
 
 __all__ = [
+    "TRACKERS",
+    "AnalyticsConfig",
     "AsrConfig",
     "DecodeConfig",
     "FieldError",
+    "LineConfig",
     "ModelConfig",
     "PipelineConfig",
     "PowerConfig",
@@ -32,8 +35,10 @@ __all__ = [
     "RuntimeConfig",
     "SourceConfig",
     "SpeechConfig",
+    "TrackConfig",
     "VadConfig",
     "WakeWordConfig",
+    "ZoneConfig",
     "from_mapping",
     "load_config",
 ]
@@ -259,6 +264,87 @@ class SpeechConfig:
                "a wake word gates speech recognition through VAD segments: put vad first")
 
 
+#: Trackers ``track.tracker`` may name, each a class of the ``trackers`` package (edgert/analytics/tracking.py).
+TRACKERS: dict[str, str] = {"bytetrack": "ByteTrackTracker", "sort": "SORTTracker", "ocsort": "OCSORTTracker"}
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """Multi-object tracking after decoding. Names and defaults follow the ``trackers`` package, except the
+    thresholds, which are set for small detectors run at conf 0.25-0.35 (trackers' 0.7 suits large ones)."""
+
+    tracker: str = "bytetrack"
+    track_activation_threshold: float = 0.5  # a new track needs a detection this confident
+    high_conf_det_threshold: float = 0.5  # ByteTrack's split between its two matching stages
+    minimum_iou_threshold: float = 0.1  # a detection joins a track whose predicted box overlaps it this much
+    lost_track_buffer: int = 30  # frames (at 30 fps) a lost track waits to be found again
+    minimum_consecutive_frames: int = 1  # frames a track must be seen before it gets an id
+    frame_rate: float | None = None  # None: the source's rate, else 30
+    keep_untracked: bool = False  # keep detections no track claims (track_id -1) instead of dropping them
+
+    def __post_init__(self) -> None:
+        _check(self.tracker in TRACKERS, "tracker",
+               f"unknown tracker {self.tracker!r}. Note: valid trackers are {', '.join(TRACKERS)}")
+        for name in ("track_activation_threshold", "high_conf_det_threshold", "minimum_iou_threshold"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, name, f"expected 0..1, got {value}")
+        _check(self.lost_track_buffer >= 0, "lost_track_buffer", f"expected frames >= 0, got {self.lost_track_buffer}")
+        _check(self.minimum_consecutive_frames >= 1, "minimum_consecutive_frames",
+               f"expected >= 1, got {self.minimum_consecutive_frames}")
+        if self.frame_rate is not None:
+            _check(self.frame_rate > 0, "frame_rate", f"expected frames per second > 0, got {self.frame_rate}")
+
+
+@dataclass(frozen=True)
+class LineConfig:
+    """A counting line from ``points[0]`` to ``points[1]`` (frame pixels). Walking from the first point to
+    the second, a box whose anchor crosses from the right-hand side to the left-hand side counts ``in``."""
+
+    name: str = ""
+    points: tuple[tuple[float, float], ...] = ()
+    classes: tuple[str, ...] | None = None  # class names (or ids) to count; None: every class
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name), "name", "expected a name for the line")
+        _check(len(self.points) == 2, "points", f"expected 2 points [[x1, y1], [x2, y2]], got {len(self.points)}")
+        _check(tuple(self.points[0]) != tuple(self.points[1]), "points", "the two points are the same")
+
+
+@dataclass(frozen=True)
+class ZoneConfig:
+    """A polygon (frame pixels, at least 3 corners): occupancy, entries, exits and time in zone per track."""
+
+    name: str = ""
+    polygon: tuple[tuple[float, float], ...] = ()
+    classes: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name), "name", "expected a name for the zone")
+        _check(len(self.polygon) >= 3, "polygon",
+               f"expected at least 3 points [[x, y], ...], got {len(self.polygon)}")
+
+
+@dataclass(frozen=True)
+class AnalyticsConfig:
+    """Counting lines and zones over tracks, judged at one point of each box (``anchor``)."""
+
+    lines: tuple[LineConfig, ...] = ()
+    zones: tuple[ZoneConfig, ...] = ()
+    anchor: Literal["bottom_center", "center"] = "bottom_center"  # bottom centre: where a person stands
+    lost_after: int = 30  # frames a track may go unseen before it counts as gone (zone_exit with reason lost)
+
+    def __post_init__(self) -> None:
+        names = [x.name for x in self.lines] + [z.name for z in self.zones]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        _check(not twice, "lines" if any(x.name in twice for x in self.lines) else "zones",
+               f"names must be unique across lines and zones; used twice: {', '.join(twice)}")
+        _check(self.lost_after >= 1, "lost_after", f"expected frames >= 1, got {self.lost_after}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.lines or self.zones)
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     task: Literal["detect", "vad", "wakeword", "asr"] = "detect"
@@ -271,6 +357,8 @@ class PipelineConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
+    track: TrackConfig | None = None  # None: no tracking
+    analytics: AnalyticsConfig = field(default_factory=AnalyticsConfig)
 
     def __post_init__(self) -> None:
         if self.sources:

@@ -12,7 +12,8 @@ _PROBE = r"""
 import importlib, pkgutil, sys
 
 BLOCKED = {"onnxruntime", "cv2", "pycuda", "tensorrt", "tensorrt_rtx", "pynvml", "tokenizers",
-           "soundfile", "sounddevice", "prometheus_client", "librosa", "scipy", "psutil", "pycocotools"}
+           "soundfile", "sounddevice", "prometheus_client", "librosa", "scipy", "psutil", "pycocotools", "trackers",
+           "supervision", "paho"}
 
 class Block:
     def find_spec(self, name, path=None, target=None):

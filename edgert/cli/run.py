@@ -51,6 +51,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rail", help="power rail the budget applies to (power.rail)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at HOST:PORT/metrics")
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+    p.add_argument("--track", nargs="?", const="bytetrack", default=None, metavar="TRACKER",
+                   help="track objects across frames (bytetrack by default; sort, ocsort): a track_id per box")
     p.add_argument("--report", metavar="PATH.html",
                    help="write an HTML page with FPS, latency and watts over time and the summary at the end")
     g = p.add_argument_group("processing (runtime.processing, runtime.slots ...; docs/pipeline.md)")
@@ -144,8 +146,13 @@ def build_config(args: argparse.Namespace) -> Any:
     power = _replace(config.power, {"budget_w": "--power-budget", "rail": "--rail"},
                      budget_w=args.power_budget, rail=args.rail)
     sinks = tuple(args.sink) if args.sink is not None else None
+    track = config.track
+    if getattr(args, "track", None):
+        from edgert.config import TrackConfig
+
+        track = _replace(track or TrackConfig(), {"tracker": "--track"}, tracker=args.track)
     return _replace(config, {}, task=args.task, model=model, decode=decode, source=source, sources=sources,
-                    runtime=runtime, power=power, sinks=sinks)
+                    runtime=runtime, power=power, sinks=sinks, track=track)
 
 
 # --------------------------------------------------------------------------------------------------

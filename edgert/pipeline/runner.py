@@ -102,6 +102,7 @@ class _Feed:
         self.first_done: float | None = None
         self.last_done: float | None = None
         self.buffer_allocations = 0
+        self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
 
     def fps(self) -> float:
         if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
@@ -131,6 +132,10 @@ class _Feed:
         }
         if self.error is not None:
             out["error"] = self.error
+        if self.stages:
+            from edgert.analytics.stages import stages_summary
+
+            out.update(stages_summary(self.stages))
         return out
 
 
@@ -236,6 +241,9 @@ class Pipeline:
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
+        if self.config.analytics.enabled and self.config.track is None:
+            raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
+                              "bytetrack}) or pass --track")
         self._feeds = self._make_feeds()
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
@@ -346,6 +354,11 @@ class Pipeline:
         # and the sinks take the last; each one more adds one frame of latency.
         share = max(1, -(-processor.batch // len(self._feeds)))
         count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
+        if self.config.track is not None or self.config.analytics.enabled:
+            from edgert.analytics.stages import make_result_stages
+
+            for feed in self._feeds:  # each source its own tracks and counts
+                feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
             feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
             for f in feed.frames:
@@ -597,12 +610,23 @@ class Pipeline:
         feed = self._feeds[f.feed]
         t1 = time.perf_counter()
         detections = f.detections
+        events: list[dict[str, Any]] = []
+        if feed.stages:
+            from edgert.analytics.stages import run_stages
+
+            detections, events = run_stages(feed.stages, detections, f.index, f.timestamp)
+            if len(self._feeds) > 1:
+                for event in events:
+                    event["source"] = feed.name
         workers = (*self._shared, *feed.workers) if feed.workers else self._shared
         if workers:
             draw = feed.draw and f.pixels is not None
             if draw and f.pixels is not None:
                 draw_detections(f.pixels, detections)
-            result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name)
+                if self.config.analytics.enabled:
+                    self._draw_analytics(f.pixels, feed)
+            result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name,
+                                 events)
             for worker in workers:
                 worker.offer(result, abort=self._abort)
         done = time.perf_counter()
@@ -618,12 +642,21 @@ class Pipeline:
             feed.first_done = done
         feed.last_done = done
         self._update_drops()
+        if feed.stages and feed.index == 0 and feed.done % 10 == 1:  # the metrics endpoint reads these
+            self.stats.analytics_counts = feed.stages[-1].summary().get("counts")
         f.detections = None
         feed.free.put(f)
         if not self._info.get("_started"):
             self._info["_started"] = True
             self._notify("on_start", {k: v for k, v in self._info.items() if not k.startswith("_")})
         self._notify("on_frame", self.stats)
+
+    def _draw_analytics(self, pixels: np.ndarray, feed: _Feed) -> None:
+        from edgert.vision.draw import draw_analytics
+
+        analytics = self.config.analytics
+        counts = feed.stages[-1].summary().get("counts") if feed.stages else None
+        draw_analytics(pixels, analytics.lines, analytics.zones, counts)
 
     def _update_drops(self) -> None:
         totals: dict[str, int] = {}
@@ -693,6 +726,13 @@ class Pipeline:
             "watts": None if stats.watts is None else round(float(stats.watts), 3),
             "mj_per_frame": None,
         }
+        staged = [feed for feed in feeds if feed.stages]
+        if len(staged) == 1 and len(feeds) == 1:
+            from edgert.analytics.stages import stages_summary
+
+            summary.update(stages_summary(staged[0].stages))
+        elif staged:
+            summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
         note = getattr(processor, "batch_note", None)
         if note:
             summary["batch_note"] = note

@@ -76,6 +76,7 @@ class PipelineStats:
         self.frames = 0
         self.detections = 0
         self.watts: float | None = None
+        self.analytics_counts: dict[str, Any] | None = None  # counting lines and zones, for the metrics endpoint
         self.drops: dict[str, int] = {}
         self.latency: dict[str, LatencyRing] = {stage: LatencyRing() for stage in STAGES}
         self.started_at: float | None = None  # perf_counter at the first admitted frame

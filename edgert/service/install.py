@@ -188,7 +188,8 @@ def install(plan: InstallPlan, start: bool = True) -> list[str]:
     if not plan.env_path.exists():
         example = read_text("edgert.service", "templates/edgert.env")
         try:
-            _write_atomic(plan.env_path, example)
+            # 0600: the file may come to hold secrets (the MQTT broker's password); systemd reads it as root.
+            _write_atomic(plan.env_path, example, mode=0o600)
         except PermissionError:
             raise ServiceError(f"cannot write {plan.env_path}: run with sudo, or pass --env-file") from None
         told.append(f"wrote {plan.env_path}")

@@ -94,7 +94,30 @@ def render_metrics(stats: Any | None, info: Mapping[str, object], ready: bool, s
         watts = getattr(stats, "watts", None)
         if watts is not None:
             family("edgert_power_watts", "gauge", "Board or GPU power draw measured by the power meter.").add(watts)
+        counts = getattr(stats, "analytics_counts", None)
+        if counts:
+            _analytics_families(family, counts)
     return "\n".join(line for fam in fams for line in fam.lines()) + "\n"
+
+
+def _analytics_families(family: Any, counts: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
+    """Counting lines and zones from ``Analytics.counts()`` (set by the pipeline as ``stats.analytics_counts``)."""
+    crossings = family("edgert_line_crossings_total", "counter", "Tracks that crossed a counting line, by direction.")
+    occupancy = family("edgert_zone_occupancy", "gauge", "Tracks now inside a zone.")
+    entries = family("edgert_zone_entries_total", "counter", "Tracks that entered a zone.")
+    exits = family("edgert_zone_exits_total", "counter", "Tracks that left a zone (or were lost in it).")
+    dwell = family("edgert_zone_dwell_seconds_total", "counter", "Seconds spent in a zone by tracks that left it.")
+    for name, per_class in sorted(counts.items()):
+        for cls, c in sorted(per_class.items()):
+            if "in" in c:  # a line: {"in", "out"}
+                for direction in ("in", "out"):
+                    crossings.add(c[direction], {"line": name, "class": cls, "direction": direction})
+            else:  # a zone: {"occupancy", "entered", "exited", "dwell_s"}
+                labels = {"zone": name, "class": cls}
+                occupancy.add(c.get("occupancy", 0), labels)
+                entries.add(c.get("entered", 0), labels)
+                exits.add(c.get("exited", 0), labels)
+                dwell.add(c.get("dwell_s", 0.0), labels)
 
 
 class MetricsObserver:

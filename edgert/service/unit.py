@@ -28,6 +28,7 @@ __all__ = [
     "DEVICE_GLOBS",
     "UnitOptions",
     "check_service_paths",
+    "check_service_sinks",
     "discover_device_allow",
     "engine_path",
     "output_paths",
@@ -124,13 +125,28 @@ def _sink_path(uri: str) -> str | None:
     if text.startswith("jsonl://"):
         path = text[len("jsonl://"):]
         return None if path in ("", "-") else path
-    if text.startswith(("display://", "http://", "https://", "rtsp://")):
+    if text.startswith(("display://", "http://", "https://", "rtsp://", "mqtt://", "mqtts://")):
         return None
     return text[len("file://"):] if text.startswith("file://") else text
 
 
 def _publishes(config: PipelineConfig) -> bool:
-    return any(s.strip().startswith("rtsp://") for s in config.sinks)
+    """Whether a sink sends to another machine (RTSP server, MQTT broker): the unit then waits for the network."""
+    return any(s.strip().startswith(("rtsp://", "mqtt://", "mqtts://")) for s in config.sinks)
+
+
+def check_service_sinks(config: PipelineConfig) -> None:
+    """Sinks that can be judged before the service starts: an MQTT URI is parsed now (topic, options, and
+    no credentials: a unit's config is readable, the broker's password belongs in the EnvironmentFile)."""
+    for spec in config.sinks:
+        if spec.strip().startswith(("mqtt://", "mqtts://")):
+            from edgert.errors import SinkError
+            from edgert.vision.sink_mqtt import MqttSink
+
+            try:
+                MqttSink.from_uri(spec.strip())
+            except SinkError as exc:
+                raise ServiceError(f"sinks: {exc}") from None
 
 
 def output_paths(config: PipelineConfig) -> list[str]:
@@ -256,6 +272,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     if opts.watchdog_s <= 0 or opts.stop_timeout_s <= 0 or opts.start_timeout_s <= 0:
         raise ServiceError("watchdog, start and stop timeouts must be positive seconds")
     check_service_paths(config, opts.name)
+    check_service_sinks(config)
     model = Path(config.model.path) if config.model.path else None
     kind = source_kind(config.source.uri)
 

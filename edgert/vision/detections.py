@@ -27,13 +27,21 @@ def _as(array: Any, dtype: type[np.generic], name: str) -> np.ndarray:
     return out
 
 
+def _same_tracks(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(np.array_equal(a, b))
+
+
 @dataclass(frozen=True, eq=False)
 class Detections:
     """Boxes found in one frame.
 
     ``xyxy`` is (N, 4) float32 in original-frame pixels (x1, y1, x2, y2), ``confidence`` (N,) float32,
     ``class_id`` (N,) int32; ``names`` is the model's class-name table (may be empty: ids then name
-    themselves). Arrays are coerced to those dtypes; shapes that disagree raise :class:`InputError`.
+    themselves). ``track_id`` (N,) int64 is set by a tracker (:mod:`edgert.analytics.tracking`) and None
+    before one ran (-1: a detection no track claims). Arrays are coerced to those dtypes; shapes that
+    disagree raise :class:`InputError`.
 
     ``image`` is the BGR frame the boxes were found in, when the caller kept it (``Detector`` on a path or
     an array does): ``plot()`` draws on a copy of it and ``save(path)`` writes that copy.
@@ -43,6 +51,7 @@ class Detections:
     confidence: np.ndarray
     class_id: np.ndarray
     names: tuple[str, ...] = ()
+    track_id: np.ndarray | None = None
     image: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -63,6 +72,11 @@ class Detections:
         object.__setattr__(self, "confidence", confidence)
         object.__setattr__(self, "class_id", class_id)
         object.__setattr__(self, "names", tuple(str(n) for n in self.names))
+        if self.track_id is not None:
+            track_id = _as(self.track_id, np.int64, "track_id").reshape(-1)
+            if track_id.shape[0] != n:
+                raise InputError(f"Detections: {n} boxes but {track_id.shape[0]} track ids")
+            object.__setattr__(self, "track_id", track_id)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Detections):
@@ -72,6 +86,7 @@ class Detections:
             and np.array_equal(self.xyxy, other.xyxy)
             and np.array_equal(self.confidence, other.confidence)
             and np.array_equal(self.class_id, other.class_id)
+            and _same_tracks(self.track_id, other.track_id)
         )
 
     __hash__ = None  # type: ignore[assignment]  # arrays inside: not hashable
@@ -95,8 +110,13 @@ class Detections:
         """A subset: ``det[det.confidence > 0.5]``, ``det[:3]``, ``det[[0, 2]]``."""
         if isinstance(index, (int, np.integer)):
             index = [int(index)]
-        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.names, self.image)
+        track_id = None if self.track_id is None else self.track_id[index]
+        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.names, track_id,
+                          self.image)
 
+    def with_track_id(self, track_id: Any) -> Detections:
+        """The same boxes with ``track_id`` set (one int per box)."""
+        return Detections(self.xyxy, self.confidence, self.class_id, self.names, track_id, self.image)
     def plot(self, image: np.ndarray | None = None, labels: bool = True) -> np.ndarray:
         """An annotated copy of ``image`` (default: the frame these detections came from); needs OpenCV."""
         frame = self.image if image is None else image
@@ -121,14 +141,18 @@ class Detections:
         return out
 
     def to_records(self) -> list[dict[str, Any]]:
-        """JSON-ready dicts: box rounded to 0.1 px, confidence to 4 decimals."""
+        """JSON-ready dicts: box rounded to 0.1 px, confidence to 4 decimals; ``track_id`` once tracked."""
         boxes = np.round(self.xyxy.astype(np.float64), 1).tolist()
         confs = np.round(self.confidence.astype(np.float64), 4).tolist()
         ids = self.class_id.tolist()
-        return [
+        records: list[dict[str, Any]] = [
             {"box": box, "confidence": conf, "class_id": cid, "class_name": self.class_name(cid)}
             for box, conf, cid in zip(boxes, confs, ids)
         ]
+        if self.track_id is not None:
+            for record, tid in zip(records, self.track_id.tolist()):
+                record["track_id"] = tid
+        return records
 
     def __repr__(self) -> str:
         return f"Detections({len(self)} boxes: {self.counts()})"

@@ -117,7 +117,7 @@ class Detector:
         if self.batch > 1:
             outputs = {name: value[:1] for name, value in outputs.items()}
         found = self.decoder(outputs, transform)
-        return Detections(found.xyxy, found.confidence, found.class_id, found.names, frame)
+        return Detections(found.xyxy, found.confidence, found.class_id, found.names, image=frame)
 
     def close(self) -> None:
         if self._owns_session:

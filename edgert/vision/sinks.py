@@ -9,7 +9,8 @@ URIs: ``jsonl://events.jsonl``, ``jsonl://-`` (stdout), ``out.mp4`` / ``out.avi`
 ``out.jpg`` (the last annotated frame, replaced atomically), ``frames/`` (one annotated image per frame;
 ``frames/?every=10`` every tenth), ``display://0`` (an OpenCV window), ``http://127.0.0.1:8080`` (web
 preview: MJPEG stream + live stats; give another host such as 0.0.0.0 to serve beyond this machine),
-``rtsp://server:8554/edgert`` (publish through GStreamer's rtspclientsink to an RTSP server such as mediamtx).
+``rtsp://server:8554/edgert`` (publish through GStreamer's rtspclientsink to an RTSP server such as mediamtx),
+``mqtt://broker:1883/topic`` and ``mqtts://`` (publish JSON to an MQTT broker: :mod:`edgert.vision.sink_mqtt`).
 
 From Python, :class:`CallbackSink` hands every frame's :class:`FrameResult` to a function, on the sink's
 own thread: ``Pipeline(config, sinks=[CallbackSink(on_frame)]).run()``.
@@ -53,6 +54,8 @@ __all__ = [
     "StreamInfo",
     "VideoFileSink",
     "as_sink",
+    "event_records",
+    "frame_record",
     "open_sink",
     "rtsp_out_pipeline",
 ]
@@ -85,6 +88,23 @@ class FrameResult:
     image: np.ndarray | None = None
     file: str | None = None  # the image file, for folder sources
     source: str | None = None  # the source's name (or index) in a pipeline with several
+    events: list[dict[str, Any]] = field(default_factory=list)  # analytics events of this frame (line_cross, ...)
+
+
+def frame_record(result: FrameResult) -> dict[str, Any]:
+    """The JSON record of one frame, as the JSONL and MQTT sinks write it."""
+    record: dict[str, Any] = {"frame": result.index, "timestamp": round(result.timestamp, 6)}
+    if result.source is not None:
+        record["source"] = result.source
+    if result.file is not None:
+        record["file"] = result.file
+    record["detections"] = result.detections.to_records()
+    return record
+
+
+def event_records(result: FrameResult) -> list[dict[str, Any]]:
+    """The frame's analytics events, each its own record with a ``type`` (``line_cross``, ``zone_enter``...)."""
+    return [dict(event) for event in result.events]
 
 
 class Sink(abc.ABC):
@@ -100,6 +120,8 @@ class Sink(abc.ABC):
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
+        #: Messages the sink itself had to drop (a full outgoing queue); the worker adds them to its own count.
+        self.dropped = 0
 
     @abc.abstractmethod
     def open(self, info: StreamInfo) -> None: ...
@@ -123,7 +145,8 @@ class Sink(abc.ABC):
 
 
 class JsonlSink(Sink):
-    """One JSON object per frame: ``{"frame", "timestamp", "detections": [...]}``.
+    """One JSON object per frame: ``{"frame", "timestamp", "detections": [...]}``, then one per analytics
+    event of that frame: ``{"type": "line_cross", "line", "track_id", "class", "direction", "time", "frame"}``.
 
     Each line goes out in one ``write`` call and is flushed at once, so a process killed at any moment
     leaves only whole lines; the file is fsynced at close.
@@ -150,13 +173,8 @@ class JsonlSink(Sink):
             raise SinkError(f"{self.path}: cannot write events here: {exc.strerror}") from None
 
     def write(self, result: FrameResult) -> None:
-        event: dict[str, Any] = {"frame": result.index, "timestamp": round(result.timestamp, 6)}
-        if result.source is not None:
-            event["source"] = result.source
-        if result.file is not None:
-            event["file"] = result.file
-        event["detections"] = result.detections.to_records()
-        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        records = [frame_record(result), *event_records(result)]
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         if self._stdout:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
@@ -538,13 +556,18 @@ class SinkWorker:
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
-        self.dropped = 0
+        self._dropped = 0
         self.written = 0
         self.error: BaseException | None = None
         self._queue: queue.Queue[FrameResult | None] = queue.Queue(maxsize=sink.queue_size)
         self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
         self._buffers_made = False
         self._thread: threading.Thread | None = None
+
+    @property
+    def dropped(self) -> int:
+        """Frames this worker dropped (sink behind or failed) plus messages the sink itself dropped."""
+        return self._dropped + int(getattr(self.sink, "dropped", 0))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"edgert-sink:{self.sink.uri}", daemon=True)
@@ -557,7 +580,7 @@ class SinkWorker:
         frame counts as dropped).
         """
         if self.error is not None:
-            self.dropped += 1
+            self._dropped += 1
             return False
         wait = self.sink.lossless
         image = result.image
@@ -569,15 +592,16 @@ class SinkWorker:
                 self._buffers_made = True
             buf = self._take(self._free, wait, abort)
             if buf is None:
-                self.dropped += 1
+                self._dropped += 1
                 return False
             if buf.shape != image.shape:
                 buf = np.empty_like(image)
             np.copyto(buf, image)
-        result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file, result.source)
+        result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file, result.source,
+                             result.events)
         if self._put(result, wait, abort):
             return True
-        self.dropped += 1
+        self._dropped += 1
         if buf is not None:
             self._free.put(buf)
         return False
@@ -650,6 +674,10 @@ def open_sink(uri: str, title: str = "edgert") -> Sink:
         return WebPreviewSink.from_uri(text, title)
     if text.startswith("rtsp://"):
         return RtspSink(text)
+    if text.startswith(("mqtt://", "mqtts://")):
+        from edgert.vision.sink_mqtt import MqttSink
+
+        return MqttSink.from_uri(text)
     from edgert.vision.image_io import IMAGE_WRITE_SUFFIXES
 
     path_text = text[len("file://"):] if text.startswith("file://") else text
@@ -666,7 +694,7 @@ def open_sink(uri: str, title: str = "edgert") -> Sink:
     if target.suffix.lower() in VIDEO_SUFFIXES:
         return VideoFileSink(text, target)
     valid = ("jsonl://PATH, jsonl://-, out.mp4 (or .avi/.mkv/.mov), out.jpg (or .png), a folder ending in / "
-             "(?every=N), display://0, http://127.0.0.1:8080, rtsp://...")
+             "(?every=N), display://0, http://127.0.0.1:8080, rtsp://..., mqtt://HOST:PORT/TOPIC, mqtts://...")
     raise SinkError(f"{uri}: unknown sink. Note: valid sinks are {valid}")
 
 

@@ -1,0 +1,77 @@
+"""Counting lines: in/out per class when a track's anchor point crosses a line segment.
+
+As DeepStream's nvdsanalytics and supervision's ``LineZone`` do, a box is judged at one point (its bottom
+centre by default); a crossing is a step of that point, between two frames where the track was seen, from
+one side of the line to the other *through* the segment. Walking from the line's first point to its
+second, a move from the right-hand side to the left-hand side is ``in``, the opposite ``out``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from edgert.analytics.geometry import path_crosses_segment, side_of_line
+from edgert.config import LineConfig
+from edgert.vision.detections import Detections
+
+__all__ = ["LineCounter", "class_matches"]
+
+
+def class_matches(classes: tuple[str, ...] | None, class_id: int, class_name: str) -> bool:
+    return classes is None or class_name in classes or str(class_id) in classes
+
+
+class LineCounter:
+    """One counting line. ``update`` takes tracked detections with their anchor points; returns events."""
+
+    def __init__(self, config: LineConfig, lost_after: int = 30) -> None:
+        self.config = config
+        self.name = config.name
+        self.a = np.asarray(config.points[0], np.float64)
+        self.b = np.asarray(config.points[1], np.float64)
+        self.lost_after = lost_after
+        # track id -> (last non-zero side, last point, frame last seen)
+        self._tracks: dict[int, tuple[int, np.ndarray, int]] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def update(self, detections: Detections, anchors: np.ndarray, frame_index: int,
+               timestamp: float) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if detections.track_id is None:
+            return events
+        sides = side_of_line(anchors, self.a, self.b)
+        for i, (tid, cid) in enumerate(zip(detections.track_id.tolist(), detections.class_id.tolist())):
+            if tid < 0:
+                continue
+            name = detections.class_name(cid)
+            if not class_matches(self.config.classes, cid, name):
+                continue
+            side = int(sides[i])
+            point = anchors[i]
+            previous = self._tracks.get(tid)
+            if previous is not None:
+                last_side, last_point, _ = previous
+                if side != 0 and last_side != 0 and side != last_side and path_crosses_segment(
+                        last_point, point, self.a, self.b):
+                    direction = "in" if last_side > 0 else "out"
+                    per_class = self._counts.setdefault(name, {"in": 0, "out": 0})
+                    per_class[direction] += 1
+                    events.append({"type": "line_cross", "line": self.name, "track_id": tid, "class": name,
+                                   "class_id": cid, "direction": direction, "time": round(timestamp, 6),
+                                   "frame": frame_index})
+                if side == 0:
+                    side = last_side  # on the line: the side it came from still counts
+            self._tracks[tid] = (side, point.copy(), frame_index)
+        self._forget(frame_index)
+        return events
+
+    def _forget(self, frame_index: int) -> None:
+        stale = [tid for tid, (_, _, seen) in self._tracks.items() if frame_index - seen > self.lost_after]
+        for tid in stale:
+            del self._tracks[tid]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{class: {"in": n, "out": n}}`` since the start."""
+        return {name: dict(c) for name, c in sorted(self._counts.items())}

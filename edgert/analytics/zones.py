@@ -1,0 +1,107 @@
+"""Zones: which tracks are inside a polygon, when they enter and leave, and how long they stay.
+
+A track is inside while its anchor point (bottom centre by default) is inside the polygon. It stays
+counted while it is briefly unseen (a missed detection, an occlusion) and leaves, with ``reason: lost``,
+once it has not been seen for ``lost_after`` frames; the time in zone then ends when it was last seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgert.analytics.geometry import points_in_polygon
+from edgert.analytics.lines import class_matches
+from edgert.config import ZoneConfig
+from edgert.vision.detections import Detections
+
+__all__ = ["ZoneMonitor"]
+
+
+@dataclass
+class _Visit:
+    class_name: str
+    class_id: int
+    entered_time: float
+    entered_frame: int
+    seen_time: float
+    seen_frame: int
+
+
+class ZoneMonitor:
+    """One zone. ``update`` takes tracked detections with their anchor points; returns events."""
+
+    def __init__(self, config: ZoneConfig, lost_after: int = 30) -> None:
+        self.config = config
+        self.name = config.name
+        self.polygon = np.asarray(config.polygon, np.float64)
+        self.lost_after = lost_after
+        self._inside: dict[int, _Visit] = {}
+        self._totals: dict[str, dict[str, float]] = {}
+
+    def _total(self, name: str) -> dict[str, float]:
+        return self._totals.setdefault(name, {"entered": 0, "exited": 0, "dwell_s": 0.0})
+
+    def update(self, detections: Detections, anchors: np.ndarray, frame_index: int,
+               timestamp: float) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if detections.track_id is None:
+            return events
+        inside = points_in_polygon(anchors, self.polygon)
+        for i, (tid, cid) in enumerate(zip(detections.track_id.tolist(), detections.class_id.tolist())):
+            if tid < 0:
+                continue
+            name = detections.class_name(cid)
+            if not class_matches(self.config.classes, cid, name):
+                continue
+            visit = self._inside.get(tid)
+            if inside[i]:
+                if visit is None:
+                    self._inside[tid] = _Visit(name, cid, timestamp, frame_index, timestamp, frame_index)
+                    self._total(name)["entered"] += 1
+                    events.append(self._event("zone_enter", tid, name, cid, timestamp, frame_index))
+                else:
+                    visit.seen_time, visit.seen_frame = timestamp, frame_index
+            elif visit is not None:
+                events.append(self._leave(tid, visit, timestamp, frame_index, "left"))
+        for tid, visit in list(self._inside.items()):
+            if frame_index - visit.seen_frame > self.lost_after:
+                events.append(self._leave(tid, visit, visit.seen_time, visit.seen_frame, "lost"))
+        return events
+
+    def _event(self, kind: str, tid: int, name: str, cid: int, timestamp: float, frame: int) -> dict[str, Any]:
+        return {"type": kind, "zone": self.name, "track_id": tid, "class": name, "class_id": cid,
+                "time": round(timestamp, 6), "frame": frame}
+
+    def _leave(self, tid: int, visit: _Visit, timestamp: float, frame: int, reason: str) -> dict[str, Any]:
+        del self._inside[tid]
+        dwell = max(0.0, timestamp - visit.entered_time)
+        total = self._total(visit.class_name)
+        total["exited"] += 1
+        total["dwell_s"] += dwell
+        event = self._event("zone_exit", tid, visit.class_name, visit.class_id, timestamp, frame)
+        event["dwell_s"] = round(dwell, 3)
+        event["reason"] = reason
+        return event
+
+    def dwell(self, timestamp: float) -> dict[int, float]:
+        """Seconds each track now inside has spent in the zone, up to ``timestamp``."""
+        return {tid: max(0.0, timestamp - v.entered_time) for tid, v in self._inside.items()}
+
+    def occupancy(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for visit in self._inside.values():
+            out[visit.class_name] = out.get(visit.class_name, 0) + 1
+        return out
+
+    def counts(self) -> dict[str, dict[str, float]]:
+        """``{class: {"occupancy", "entered", "exited", "dwell_s"}}``; dwell_s sums finished visits."""
+        occupancy = self.occupancy()
+        out: dict[str, dict[str, float]] = {}
+        for name in sorted(set(self._totals) | set(occupancy)):
+            total = self._total(name)
+            out[name] = {"occupancy": occupancy.get(name, 0), "entered": int(total["entered"]),
+                         "exited": int(total["exited"]), "dwell_s": round(total["dwell_s"], 3)}
+        return out
