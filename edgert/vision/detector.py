@@ -83,6 +83,12 @@ class Detector:
                 session = open_session(model, backend, SessionOptions(threads=self.config.model.threads, shapes=shapes))
             self.input_name = spec.name
             self.decoder: Decoder = make_decoder(self.config.decode, concrete_output_specs(session), session.metadata)
+        except MemoryError:
+            if self._owns_session:
+                session.close()
+            shape = list(self.preprocessor.input_shape) if hasattr(self, "preprocessor") else "?"
+            raise ModelError(f"{model}: not enough memory for the buffers of a {shape} input. "
+                             "Note: set a smaller preprocess.size") from None
         except BaseException:
             if self._owns_session:
                 session.close()
