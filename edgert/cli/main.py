@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from edgert import __version__
-from edgert.errors import EdgertError
+from edgert.errors import EdgertError, OutputClosed
 from edgert.service.journal import JournalFormatter, stderr_is_journal
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
@@ -56,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose + (2 if args.debug else 0))
     try:
         code = args.func(args)
+    except (BrokenPipeError, OutputClosed):
+        # The reader of our stdout went away (`edgert run --json | head -1`): nothing is wrong with the run
+        # and nobody is left to tell. Exit quietly the way a program killed by SIGPIPE does.
+        _silence_stdout()
+        return EXIT_STDOUT_CLOSED
     except EdgertError as exc:
         if args.debug:
             raise
@@ -64,11 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgert: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader of our stdout went away (`edgert run --json | head -1`): nothing is wrong with the run
-        # and nobody is left to tell. Exit quietly the way a program killed by SIGPIPE does.
-        _silence_stdout()
-        return EXIT_STDOUT_CLOSED
     except MemoryError:
         if args.debug:
             raise

@@ -171,22 +171,18 @@ class Pipeline:
         return summary
 
     def _open_sinks(self, source: Any, detector: Any) -> None:
-        from edgert.vision.sinks import SinkWorker, StreamInfo, open_sink
+        from edgert.vision.sinks import StreamInfo, open_sinks, prepare_sinks
 
         title = f"{_basename(self.config.model.path)} on {source.uri}"
         info = StreamInfo(source.width, source.height, source.fps, self._names, title, self.stats)
-        for spec in self._sink_specs:
-            sink = open_sink(spec, title) if isinstance(spec, str) else spec
-            try:
-                sink.open(info)
-            except BaseException:
-                for worker in self._workers:
-                    worker.close()
-                self._workers = []
-                raise
-            worker = SinkWorker(sink)
-            worker.start()
-            self._workers.append(worker)
+        # Every sink checked, locked and bound before any truncates its file: a run that cannot start
+        # leaves existing outputs alone. A sink failing mid-run stops the run with its error.
+        sinks = prepare_sinks(self._sink_specs, title)
+        self._workers = open_sinks(sinks, info, on_failure=self._sink_failed)
+
+    def _sink_failed(self, worker: Any) -> None:
+        self._errors.append(worker.error)
+        self.request_stop("sink failed")
 
     def _allocate(self, detector: Any) -> None:
         # Two input buffers keep the engine fed: one ready for the next infer() while preprocessing

@@ -141,16 +141,23 @@ class WebPreviewSink(Sink):
         return f"http://{host}:{self.port}/"
 
     # -- sink ---------------------------------------------------------------------------------------
-    def open(self, info: StreamInfo) -> None:
+    def prepare(self) -> None:
+        """Bind the port now (before any other sink truncates its file); ``url`` is real from here on."""
+        if self._server is not None:
+            return
         lazy_import("cv2", "the web preview (JPEG encoding)")
-        self._info = info
-        self._stats = info.stats
-        self.title = info.title or self.title
         try:
             self._server = _Server((self.host, self.port), self)
         except OSError as exc:
             raise SinkError(f"{self.uri}: cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.port = int(self._server.server_address[1])
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        assert self._server is not None
+        self._info = info
+        self._stats = info.stats
+        self.title = info.title or self.title
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("web preview listens on %s:%d: reachable from the network", self.host, self.port)
         self.running = True
@@ -178,7 +185,8 @@ class WebPreviewSink(Sink):
         with self._cond:
             self._cond.notify_all()
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:  # serving: stop the loop (shutdown() waits for one that never ran)
+                self._server.shutdown()
             self._server.server_close()
             self._server = None
         if self._thread is not None:
