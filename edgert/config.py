@@ -138,8 +138,11 @@ class SourceConfig:
     loop: bool = False
     sensor_mode: int | None = None
     flip: int = 0
+    timeout_s: float | None = None  # no frame for this long is a stall; None: 10 s for files, 5 s for live
 
     def __post_init__(self) -> None:
+        if self.timeout_s is not None:
+            _check(0 < self.timeout_s <= 3600, "timeout_s", f"expected seconds 0..3600, got {self.timeout_s}")
         if self.fourcc is not None:
             _check(len(self.fourcc) == 4, "fourcc", f"expected 4 characters, got {self.fourcc!r}")
 
