@@ -87,6 +87,9 @@ class ModelConfig:
     precision: Literal["fp32", "fp16", "int8", "best"] = "fp32"
     threads: int = 0  # 0: the backend's default
     engine_cache: str | None = None
+    # Constant values for inputs other than the image (e.g. orig_target_sizes: [640, 640]), broadcast to
+    # each input's shape. A model with such an input and no value here is refused, not fed zeros.
+    inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(self.threads >= 0, "threads", f"expected a count >= 0, got {self.threads}")
@@ -467,6 +470,12 @@ def _convert(tp: Any, value: Any, where: _Where, path: tuple[str, ...]) -> Any:
             noun = "numbers" if all(a in (int, float) for a in args) else "items"
             raise where.error(path, f"expected {len(args)} {noun}, got {len(value)}")
         return tuple(_convert(a, v, where, (*path, str(i))) for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise where.error(path, f"expected a mapping, got {_kind(value)}")
+        key_type, value_type = args
+        return {_convert(key_type, k, where, (*path, str(k))): _convert(value_type, v, where, (*path, str(k)))
+                for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where, path)  # type: ignore[arg-type]
     if tp is bool:
