@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
+from edgert.http_limits import BoundedHTTPServer
 from edgert.pipeline.stats import PipelineStats
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 
@@ -92,13 +93,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             sink.client_left()
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+#: Viewers at once (each stream holds a thread); more get a 503. A viewer that stops reading is dropped
+#: after the idle timeout, so slow or silent clients cannot pile up threads.
+MAX_CLIENTS = 32
+
+
+class _Server(BoundedHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], sink: WebPreviewSink) -> None:
         self.sink = sink
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
 
 
 class WebPreviewSink(Sink):
