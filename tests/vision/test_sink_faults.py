@@ -164,16 +164,20 @@ def test_dev_full_is_an_error(media: dict[str, Path]) -> None:
 def _in_full_tmpfs(mount: Path, args: list[str], size: str = "200k") -> subprocess.CompletedProcess[str]:
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            f"mount -t tmpfs -o size=4k tmpfs {mount}"], capture_output=True, text=True)
-    if probe.returncode != 0:
+    # As root a private mount namespace; otherwise one inside a user namespace (-r) where the user may mount.
+    for unshare in (["unshare", "-m"], ["unshare", "-r", "-m"]):
+        probe = subprocess.run([*unshare, "--propagation", "private", "sh", "-c",
+                                f"mount -t tmpfs -o size=4k tmpfs {mount}"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            break
+    else:
         pytest.skip(f"a private mount namespace is not permitted here: {probe.stderr.strip()}")
     # The run writes into the small tmpfs; what it left is copied out before the namespace (and mount) goes.
     command = " ".join([sys.executable, "-m", "edgert.cli.main", *(f"'{a}'" for a in args)])
     script = (f"mount -t tmpfs -o size={size} tmpfs {mount} && cd {ROOT} && {command}; rc=$?; "
               f"cp -r {mount}/. {mount}.after/ 2>/dev/null; exit $rc")
     os.makedirs(f"{mount}.after", exist_ok=True)
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+    return subprocess.run([*unshare, "--propagation", "private", "sh", "-c", script],
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
