@@ -565,7 +565,8 @@ class SinkWorker:
             error = SinkError(f"{self.sink.uri}: writing failed: {detail}")
         self._lost_queued += 1  # the frame being written
         self.error = error
-        log.error("sink %s failed and stops: %s", self.sink.uri, error)
+        # info, not error: the pipeline stops on it and the CLI prints it once, as its one-line error
+        log.info("sink %s failed and stops: %s", self.sink.uri, error)
         try:
             self.sink.close()  # finalise now: the run may still be killed before it closes its sinks
         except Exception as close_exc:
