@@ -66,6 +66,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Free space a video sink keeps so that it can still be finalised: what OpenCV's FFmpeg writer holds
+#: before it writes (it was seen flushing in 256 KiB steps) and the container trailer, plus per frame
+#: written its index entry (MP4 stsz/stco, AVI idx1: 16 bytes and less).
+VIDEO_RESERVE_BYTES = 512 * 1024
+INDEX_BYTES_PER_FRAME = 32
+
 #: Containers and the FourCC that OpenCV's pip wheel (FFmpeg inside) can write for each.
 VIDEO_SUFFIXES: dict[str, str] = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
 
@@ -331,11 +337,18 @@ class VideoFileSink(Sink):
         if _deleted(self._fd):
             raise SinkError(f"{self.path}: the video was deleted while the run wrote it")
         try:
-            full = os.fstatvfs(self._fd).f_bavail == 0
+            vfs = os.fstatvfs(self._fd)
+            size = os.fstat(self._fd).st_size
         except OSError:
-            full = False
-        if full:
-            raise SinkError(f"{self.path}: writing the video failed: {os.strerror(errno.ENOSPC)}")
+            return
+        # Stop while the rest still fits: OpenCV's writer ignores write errors, and a video whose index
+        # (MP4 moov, AVI idx1) cannot be written at the end does not play. Keep room for the writer's
+        # buffer, a few frames and the index.
+        free = vfs.f_bavail * vfs.f_frsize
+        per_frame = size / self.frames if self.frames else 0.0
+        if free < VIDEO_RESERVE_BYTES + 4 * per_frame + INDEX_BYTES_PER_FRAME * self.frames:
+            raise SinkError(f"{self.path}: writing the video failed: {os.strerror(errno.ENOSPC)} "
+                            f"({free // 1024} KiB left); it was stopped and finalised at frame {self.frames}")
 
     def close(self) -> None:
         if self._writer is not None:

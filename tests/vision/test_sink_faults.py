@@ -190,11 +190,19 @@ def test_full_disk_jsonl_fails_and_ends_on_a_whole_line(media: dict[str, Path], 
     assert len(lines) > 100 and [e["frame"] for e in lines] == list(range(len(lines)))
 
 
-def test_full_disk_video_fails_and_is_released(media: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", [".avi", ".mp4"])
+def test_full_disk_video_fails_and_is_released(media: dict[str, Path], tmp_path: Path, suffix: str) -> None:
     mount = tmp_path / "small"
     mount.mkdir()
-    r = _in_full_tmpfs(mount, _run_args(media, f"{mount}/out.avi", loop=True))
-    assert_one_line_error(r, "out.avi", "No space left on device")
+    r = _in_full_tmpfs(mount, _run_args(media, f"{mount}/out{suffix}", loop=True), size="2m")
+    assert_one_line_error(r, f"out{suffix}", "No space left on device", "stopped and finalised")
+    cap = cv2.VideoCapture(str(Path(f"{mount}.after") / f"out{suffix}"))
+    frames = 0
+    while cap.read()[0]:
+        frames += 1
+    cap.release()
+    written = int(r.stderr.rsplit("at frame ", 1)[1].split()[0])
+    assert frames == written > 10  # every frame it says it wrote plays back: the index was written
 
 
 def test_deleted_folder_mid_run_is_an_error(media: dict[str, Path], tmp_path: Path) -> None:
