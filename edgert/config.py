@@ -36,12 +36,17 @@ __all__ = [
     "SpeechConfig",
     "VadConfig",
     "WakeWordConfig",
-    "check_count",
     "from_mapping",
     "load_config",
 ]
 
 T = TypeVar("T")
+
+#: Upper bounds on counts that allocate per unit (frame buffers, sessions).
+MAX_QUEUE_SIZE = 64
+MAX_SLOTS = 16
+MAX_BATCH = 64
+MAX_SOURCES = 64
 
 
 class FieldError(ValueError):
@@ -58,22 +63,8 @@ def _check(cond: bool, field_name: str, message: str) -> None:
         raise FieldError(field_name, message)
 
 
-#: Frames in flight between stages. Each holds a frame buffer and the model's outputs, so the bound is
-#: what keeps a typo (5000) from allocating gigabytes: 64 4K frames are already 1.5 GB.
-MAX_QUEUE_SIZE = 64
 #: The largest image side preprocessing accepts (a 8192 x 8192 float32 NCHW input is 805 MB).
 MAX_IMAGE_SIDE = 8192
-
-
-def check_count(value: int | None, field_name: str, low: int, high: int, *, optional: bool = False) -> None:
-    """Refuse a count outside ``low..high`` (the same words for YAML keys and flags); None passes when optional.
-
-    The one rule for every count a config holds (queue size, slots, batch, frame limits), so a value the
-    YAML refuses is refused by the flag that sets it too (``_replace`` in the CLI names the flag).
-    """
-    if value is None and optional:
-        return
-    _check(value is not None and low <= value <= high, field_name, f"expected {low}..{high}, got {value}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,8 +148,10 @@ class RuntimeConfig:
     warmup: int = 2
 
     def __post_init__(self) -> None:
-        check_count(self.queue_size, "queue_size", 1, MAX_QUEUE_SIZE)
-        if self.max_frames is not None:  # the flag's words: --max-frames and YAML refuse the same values
+        _check(self.queue_size >= 1, "queue_size", f"expected >= 1, got {self.queue_size}")
+        _check(self.queue_size <= MAX_QUEUE_SIZE, "queue_size",
+               f"expected <= {MAX_QUEUE_SIZE} (each frame in flight holds a frame buffer), got {self.queue_size}")
+        if self.max_frames is not None:
             _check(self.max_frames >= 0, "max_frames", f"expected a number >= 0, got {self.max_frames}")
         _check(self.warmup >= 0, "warmup", f"expected a number >= 0, got {self.warmup}")
 

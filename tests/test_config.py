@@ -50,7 +50,7 @@ def test_good_config_loads_with_types(tmp_path: Path) -> None:
         ("decode:\n  conf: high\n", "pipeline.yaml:2: decode.conf: expected a number, got the string 'high'"),
         ("decode:\n  conf: 1.5\n", "pipeline.yaml:2: decode.conf: expected 0..1"),
         ("preprocess:\n  layout: CHW\n", "pipeline.yaml:2: preprocess.layout: expected one of auto, NCHW, NHWC"),
-        ("runtime:\n  queue_size: 0\n", "pipeline.yaml:2: runtime.queue_size: expected 1..64, got 0"),
+        ("runtime:\n  queue_size: 0\n", "pipeline.yaml:2: runtime.queue_size: expected >= 1"),
         ("model: [1, 2]\n", "pipeline.yaml:1: model: expected a mapping"),
         ("model:\n  path: a\n   bad: indent\n", "pipeline.yaml:3: invalid YAML"),
     ],
