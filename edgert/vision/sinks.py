@@ -97,6 +97,7 @@ class FrameResult:
     detections: Detections
     image: np.ndarray | None = None
     file: str | None = None  # the image file, for folder sources
+    source: str | None = None  # the source's name (or index) in a pipeline with several
 
 
 class Sink(abc.ABC):
@@ -110,6 +111,9 @@ class Sink(abc.ABC):
     needs_image: bool = False
     #: Frames that may wait for this sink before new ones are dropped.
     queue_size: int = 1
+    #: True: the sink must see every frame (files): a full queue makes the pipeline wait instead of dropping.
+    #: False (previews, displays, streams): a slow sink skips frames, counted, and never slows the pipeline.
+    lossless: bool = False
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -184,7 +188,8 @@ class JsonlSink(Sink):
     cut back to its last whole line and the sink fails; a file deleted mid-run fails it too.
     """
 
-    queue_size = 1024  # events are small and cheap: only a badly stuck disk makes this sink drop
+    queue_size = 1024  # events are small and cheap: a deep queue rides out a slow disk
+    lossless = True
 
     def __init__(self, uri: str, path: str) -> None:
         super().__init__(uri)
@@ -213,6 +218,8 @@ class JsonlSink(Sink):
 
     def write(self, result: FrameResult) -> None:
         event: dict[str, Any] = {"frame": result.index, "timestamp": round(result.timestamp, 6)}
+        if result.source is not None:
+            event["source"] = result.source
         if result.file is not None:
             event["file"] = result.file
         event["detections"] = result.detections.to_records()
@@ -275,6 +282,7 @@ class VideoFileSink(Sink):
 
     needs_image = True
     queue_size = 8  # encoding takes a few ms; a short queue rides out the odd slow frame
+    lossless = True  # the video has every frame the events have
 
     def __init__(self, uri: str, path: Path, fourcc: str | None = None) -> None:
         super().__init__(uri)
@@ -518,36 +526,63 @@ class SinkWorker:
         self._thread = threading.Thread(target=self._loop, name=f"edgert-sink:{self.sink.uri}", daemon=True)
         self._thread.start()
 
-    def offer(self, result: FrameResult) -> bool:
-        """Hand over one frame; False (and counted) when the sink is behind or has failed."""
+    def offer(self, result: FrameResult, abort: threading.Event | None = None) -> bool:
+        """Hand over one frame; False (and counted) when the sink is behind or has failed.
+
+        A ``lossless`` sink is never behind: the call waits for room (until ``abort`` is set, then the
+        frame counts as dropped, or until the sink fails, then it counts as lost).
+        """
         if self.error is not None:
             self._lost_offered += 1
             return False
+        wait = self.sink.lossless
         image = result.image
+        buf: np.ndarray | None = None
         if self.sink.needs_image and image is not None:
             if not self._buffers_made:
                 for _ in range(self.sink.queue_size + 1):
                     self._free.put(np.empty_like(image))
                 self._buffers_made = True
-            try:
-                buf = self._free.get_nowait()
-            except queue.Empty:
-                self.dropped += 1
+            buf = self._take(wait, abort)
+            if buf is None:
+                self._count_refused()
                 return False
             if buf.shape != image.shape:
                 buf = np.empty_like(image)
             np.copyto(buf, image)
-            result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file)
+        result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file, result.source)
+        if self._put(result, wait, abort):
+            return True
+        self._count_refused()
+        if buf is not None:
+            self._free.put(buf)
+        return False
+
+    def _count_refused(self) -> None:
+        if self.error is not None:
+            self._lost_offered += 1  # it failed while we waited
         else:
-            result = FrameResult(result.index, result.timestamp, result.detections, None, result.file)
-        try:
-            self._queue.put_nowait(result)
-        except queue.Full:
             self.dropped += 1
-            if result.image is not None:
-                self._free.put(result.image)
-            return False
-        return True
+
+    def _take(self, wait: bool, abort: threading.Event | None) -> np.ndarray | None:
+        while True:
+            try:
+                return self._free.get(timeout=0.1) if wait else self._free.get_nowait()
+            except queue.Empty:
+                if not wait or self.error is not None or (abort is not None and abort.is_set()):
+                    return None
+
+    def _put(self, result: FrameResult, wait: bool, abort: threading.Event | None) -> bool:
+        while True:
+            try:
+                if wait:
+                    self._queue.put(result, timeout=0.1)
+                else:
+                    self._queue.put_nowait(result)
+                return True
+            except queue.Full:
+                if not wait or self.error is not None or (abort is not None and abort.is_set()):
+                    return False
 
     def _loop(self) -> None:
         while True:
