@@ -24,7 +24,7 @@ from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
 
-__all__ = ["Detector", "concrete_output_specs", "fill_other_inputs", "image_input"]
+__all__ = ["Detector", "concrete_output_specs", "fill_other_inputs", "image_input", "sample_output_specs"]
 
 
 def image_input(session: Session) -> TensorSpec:
@@ -81,6 +81,11 @@ def concrete_output_specs(session: Session) -> list[TensorSpec]:
     return specs
 
 
+def sample_output_specs(session: Session) -> list[TensorSpec]:
+    """Concrete output specs of one sample of a batched session (batch dimension 1): what a decoder sees."""
+    return [TensorSpec(s.name, (1, *s.shape[1:]), s.dtype) for s in concrete_output_specs(session)]
+
+
 class Detector:
     """Open ``model`` on ``backend`` (or use an open ``session``) and detect objects in BGR frames."""
 
@@ -90,8 +95,12 @@ class Detector:
         config: PipelineConfig | None = None,
         backend: str = "auto",
         session: Session | None = None,
+        batch: int = 1,
     ) -> None:
+        """``batch`` > 1 opens the session for that many frames per call (a model with a dynamic batch);
+        the pipeline fills and decodes the samples itself, ``__call__`` uses the first."""
         self.config = config or PipelineConfig()
+        self.batch = batch
         self._owns_session = session is None
         if session is None:
             if backend == "auto" and self.config.model.backend != "auto":
@@ -100,7 +109,8 @@ class Detector:
         try:
             spec = image_input(session)
             self.preprocessor = Preprocessor(self.config.preprocess, spec, session.metadata)
-            if session.inputs[spec.name].shape != self.preprocessor.input_shape:
+            wanted = self.preprocessor.input_shape if batch == 1 else (batch, *self.preprocessor.sample_shape)
+            if session.inputs[spec.name].shape != wanted:
                 if not self._owns_session:
                     raise ModelError(
                         f"the session's input buffer {spec.name} is {list(session.inputs[spec.name].shape)} but the "
@@ -109,11 +119,12 @@ class Detector:
                     )
                 # A model with a dynamic image size: reopen with the size the preprocessing resolved.
                 session.close()
-                shapes = {spec.name: self.preprocessor.input_shape}
+                shapes = {spec.name: wanted}
                 session = open_session(model, backend, SessionOptions(threads=self.config.model.threads, shapes=shapes))
             self.input_name = spec.name
             fill_other_inputs(session, spec.name, self.config.model.inputs, str(model))
-            self.decoder: Decoder = make_decoder(self.config.decode, concrete_output_specs(session), session.metadata)
+            self.output_specs = sample_output_specs(session) if batch > 1 else concrete_output_specs(session)
+            self.decoder: Decoder = make_decoder(self.config.decode, self.output_specs, session.metadata)
         except MemoryError:
             if self._owns_session:
                 session.close()
@@ -129,11 +140,14 @@ class Detector:
 
     def preprocess(self, frame_bgr: np.ndarray) -> LetterboxTransform:
         """Write ``frame_bgr`` into the session's input buffer."""
-        return self.preprocessor(frame_bgr, self.session.inputs[self.input_name])
+        buf = self.session.inputs[self.input_name]
+        return self.preprocessor(frame_bgr, buf if self.batch == 1 else buf[0])
 
     def __call__(self, frame_bgr: np.ndarray) -> Detections:
         transform = self.preprocess(frame_bgr)
         outputs = self.session.infer()
+        if self.batch > 1:
+            outputs = {name: value[:1] for name, value in outputs.items()}
         return self.decoder(outputs, transform)
 
     def close(self) -> None:
