@@ -22,6 +22,10 @@ from edgert.coco import COCO_NAMES
 from edgert.errors import ConfigError
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_NODES",
+    "MAX_IMAGE_SIDE",
+    "MAX_QUEUE_SIZE",
     "TRACKERS",
     "AnalyticsConfig",
     "AsrConfig",
@@ -66,6 +70,10 @@ def _check(cond: bool, field_name: str, message: str) -> None:
         raise FieldError(field_name, message)
 
 
+#: The largest image side preprocessing accepts (a 8192 x 8192 float32 NCHW input is 805 MB).
+MAX_IMAGE_SIDE = 8192
+
+
 # --------------------------------------------------------------------------------------------------
 # Stage configs. Defaults are what a user of Ultralytics-style YOLO exports expects.
 
@@ -77,6 +85,9 @@ class ModelConfig:
     precision: Literal["fp32", "fp16", "int8", "best"] = "fp32"
     threads: int = 0  # 0: the backend's default
     engine_cache: str | None = None
+    # Constant values for inputs other than the image (e.g. orig_target_sizes: [640, 640]), broadcast to
+    # each input's shape. A model with such an input and no value here is refused, not fed zeros.
+    inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(self.threads >= 0, "threads", f"expected a count >= 0, got {self.threads}")
@@ -98,7 +109,8 @@ class PreprocessConfig:
         _check(0 <= self.pad_value <= 255, "pad_value", f"expected 0..255, got {self.pad_value}")
         _check(all(s != 0 for s in self.std), "std", "expected non-zero values")
         if self.size is not None:
-            _check(all(s > 0 for s in self.size), "size", f"expected positive sizes, got {list(self.size)}")
+            _check(all(0 < s <= MAX_IMAGE_SIDE for s in self.size), "size",
+                   f"expected sizes 1..{MAX_IMAGE_SIDE}, got {list(self.size)}")
 
 
 @dataclass(frozen=True)
@@ -130,8 +142,11 @@ class SourceConfig:
     preload: bool = False  # decode the whole file into memory before the clock starts (benchmarks)
     name: str | None = None  # how results, events and statistics name this source; None: its index
     sinks: tuple[str, ...] = ()  # sinks that get this source's frames only
+    timeout_s: float | None = None  # no frame for this long is a stall; None: 10 s for files, 5 s for live
 
     def __post_init__(self) -> None:
+        if self.timeout_s is not None:
+            _check(0 < self.timeout_s <= 3600, "timeout_s", f"expected seconds 0..3600, got {self.timeout_s}")
         if self.fourcc is not None:
             _check(len(self.fourcc) == 4, "fourcc", f"expected 4 characters, got {self.fourcc!r}")
 
@@ -397,17 +412,84 @@ class _Where:
         return ConfigError(f"{loc}: {key}: {message}")
 
 
-def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
+#: A config is a few kilobytes; past this it is not a config (and PyYAML takes minutes and GBs on 100 MB).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+#: Nodes the document may hold once aliases are expanded. Aliases share nodes in the composed tree but
+#: every consumer that walks the data expands them: nine nested aliases of nine items are 387 million.
+MAX_CONFIG_NODES = 100_000
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], filename: str) -> int:
+    """Nodes under ``node`` with every alias expanded, counted without expanding (each node once)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    memo[id(node)] = 1  # a node that contains itself (a recursive alias) counts once, not forever
+    total = 1
     if isinstance(node, yaml.MappingNode):
+        children: list[yaml.Node] = [n for pair in node.value for n in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, memo, filename)
+        if total > MAX_CONFIG_NODES:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"{filename}:{line}: more than {MAX_CONFIG_NODES} values once aliases are expanded. "
+                              "Note: a config this large is a mistake or an alias bomb")
+    memo[id(node)] = total
+    return total
+
+
+def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ...], int],
+               filename: str, active: set[int]) -> None:
+    """Record the line of every key path, and refuse a key given twice in one mapping (naming both lines).
+
+    Bounded by :func:`_expanded_size` having run first; ``active`` stops a recursive alias.
+    """
+    if id(node) in active:
+        return
+    active.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            path = (*prefix, str(key_node.value))
-            out[path] = key_node.start_mark.line + 1
-            _key_lines(value_node, path, out)
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key != "<<" and isinstance(key_node, yaml.ScalarNode):  # merge keys are YAML's own override
+                if key in seen:
+                    name = ".".join((*prefix, key))
+                    raise ConfigError(f"{filename}:{line}: {name}: given twice (also at line {seen[key]}). "
+                                      "Note: remove one; YAML would silently keep the last")
+                seen.setdefault(key, line)
+            path = (*prefix, key)
+            out.setdefault(path, line)
+            _key_lines(value_node, path, out, filename, active)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             path = (*prefix, str(i))
-            out[path] = item.start_mark.line + 1
-            _key_lines(item, path, out)
+            out.setdefault(path, item.start_mark.line + 1)
+            _key_lines(item, path, out, filename, active)
+    active.discard(id(node))
+
+
+def _read_config_text(p: Path) -> str:
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # read no more than the limit, whatever the file (a FIFO, /dev/zero)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a folder, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: config file is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB. "
+                          "Note: a pipeline config is a few kilobytes; is this the right file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: cannot read config: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 @typing.overload
@@ -415,25 +497,33 @@ def load_config(path: str | Path) -> PipelineConfig: ...
 @typing.overload
 def load_config(path: str | Path, cls: type[T]) -> T: ...
 def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
-    """Load a YAML file into ``cls`` (a pipeline by default); every problem is a one-line :class:`ConfigError`."""
+    """Load a YAML file into ``cls`` (a pipeline by default); every problem is a one-line :class:`ConfigError`.
+
+    Bounded: files over :data:`MAX_CONFIG_BYTES` and documents over :data:`MAX_CONFIG_NODES` values (aliases
+    expanded) are refused before anything walks them; a key given twice in one mapping is an error.
+    """
     p = Path(path)
+    text = _read_config_text(p)
+    # Compose once, check the node tree, then construct from the same tree (no second parse).
+    loader = yaml.SafeLoader(text)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read config: {exc}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        lines: dict[tuple[str, ...], int] = {}
+        if node is not None:
+            _expanded_size(node, {}, str(p))
+            _key_lines(node, (), lines, str(p), set())
+            data = loader.construct_document(node)
+        else:
+            data = None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
         raise ConfigError(f"{p}:{line}: invalid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}") from None
-    lines: dict[tuple[str, ...], int] = {}
-    if node is not None:
-        _key_lines(node, (), lines)
+    except RecursionError:
+        raise ConfigError(f"{p}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
     if data is None:
         data = {}
     return from_mapping(cls, data, _Where(str(p), lines, p.resolve().parent))
@@ -617,6 +707,12 @@ def _convert(tp: Any, value: Any, where: _Where, path: tuple[str, ...]) -> Any:
         return tuple(_convert(a, v, where, (*path, str(i))) for i, (a, v) in enumerate(zip(args, value)))
     if tp is SourceConfig and isinstance(value, str):
         return SourceConfig(uri=value)  # a source given as its URI alone
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise where.error(path, f"expected a mapping, got {_kind(value)}")
+        key_type, value_type = args
+        return {_convert(key_type, k, where, (*path, str(k))): _convert(value_type, v, where, (*path, str(k)))
+                for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where, path)  # type: ignore[arg-type]
     if tp is bool:

@@ -17,6 +17,7 @@ __all__ = [
     "EngineCacheError",
     "InputError",
     "ModelError",
+    "OutputClosed",
     "PowerError",
     "ReportError",
     "ServiceError",
@@ -67,6 +68,10 @@ class SourceError(EdgertError):
 
 class SinkError(EdgertError):
     """An output (file, display, server) cannot be opened or written."""
+
+
+class OutputClosed(SinkError):
+    """The reader of an output went away (``jsonl://-`` piped into ``head``): the run ends quietly."""
 
 
 class PowerError(EdgertError):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
@@ -112,13 +113,30 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
 
 
 def _fresh(paths: dict[str, Path], key: str) -> dict[str, Any] | None:
+    """The previous report when every output is there, of this key, and byte for byte what was written.
+
+    The report records each output's sha256 (it is written last), so a model or cache damaged or replaced
+    since (a truncated copy, an interrupted write by an older edgert) is stale, not "up to date".
+    """
     if not all(p.exists() for p in paths.values()):
         return None
     try:
         report: dict[str, Any] = json.loads(paths["report"].read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return report if report.get("key") == key else None
+    if not isinstance(report, dict) or report.get("key") != key:
+        return None
+    recorded = report.get("sha256")
+    if not isinstance(recorded, dict):
+        return None  # a report from before hashes were recorded: cannot vouch for the files
+    for name in ("onnx", "cache"):
+        try:
+            if recorded.get(name) != sha256_file(paths[name]):
+                log.warning("%s changed since it was written: calibrating again", paths[name])
+                return None
+        except OSError:
+            return None
+    return report
 
 
 def calibrate(model: str | Path, images: str | Path, out: str | Path, config: PipelineConfig | None = None,
@@ -232,6 +250,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
                      "sensitivity": round(t_sens, 2), "total": round(time.perf_counter() - t_start, 2)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "files": {k: str(v) for k, v in paths.items()},
+        "sha256": {name: sha256_file(paths[name]) for name in ("onnx", "cache")},  # checked by _fresh
         "tensors": tensor_rows(ranges, quantized, cache_tensors, plan.tail_tensors, plan.nonfinite_tensors),
     }
     write_report(paths["report"], report)
@@ -246,7 +265,8 @@ def ranges_method(opts: CalibrationOptions) -> str:
 def _save(model: onnx.ModelProto, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save(model, str(path))
+        with atomic_path(path) as tmp:  # an interrupted save leaves the old model, never a truncated one
+            onnx.save(model, str(tmp))
     except OSError as exc:
         raise CalibrationError(f"{path}: cannot write the quantized model: {exc}") from exc
 

@@ -99,7 +99,21 @@ def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iter
     config = config or PipelineConfig()
     ref_conf = float(config.decode.conf)
     ref_det = Detector(reference, config, backend=backend)
-    cand_det = Detector(candidate, _with_conf(config, min(pred_conf, ref_conf)), backend=candidate_backend or backend)
+    try:
+        cand_det = Detector(candidate, _with_conf(config, min(pred_conf, ref_conf)),
+                            backend=candidate_backend or backend)
+    except BaseException:
+        ref_det.close()
+        raise
+    if tuple(ref_det.names) != tuple(cand_det.names):
+        ref_det.close()
+        cand_det.close()
+        raise CalibrationError(
+            f"{candidate}: detects other classes than {reference} ({len(cand_det.names)} vs {len(ref_det.names)}: "
+            f"{_first_difference(ref_det.names, cand_det.names)}); its mAP against it would mean nothing. "
+            "Note: compare a model with its own INT8/FP16 version or engine"
+        )
+    not_compared: set[str] = set()
     ref_list: list[Detections] = []
     cand_list: list[Detections] = []
     errors: dict[str, OutputErrors] = {}
@@ -114,13 +128,21 @@ def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iter
             t2 = time.perf_counter()
             t_ref += t1 - t0
             t_cand += t2 - t1
-            output_errors(ref_det.session.outputs, cand_det.session.outputs, errors)
+            # Raw outputs are compared where they are the same tensor (name and shape); a candidate with
+            # another output layout (another export, NMS in the graph) is compared on detections only.
+            ref_out, cand_out = ref_det.session.outputs, cand_det.session.outputs
+            same = {n: v for n, v in cand_out.items() if n in ref_out and ref_out[n].shape == v.shape}
+            not_compared.update(n for n in ref_out if n not in same)
+            output_errors({n: ref_out[n] for n in same}, same, errors)
             labels.append(label)
     finally:
         ref_det.close()
         cand_det.close()
     if not labels:
         raise CalibrationError("no frames to compare on")
+    if not_compared:
+        log.warning("outputs %s differ in name or shape between the models: compared on detections only",
+                    ", ".join(sorted(not_compared)))
     loose = detection_map(ref_list, cand_list)
     strict = detection_map(ref_list, cand_list, min_score=ref_conf)
     n = len(labels)
@@ -128,9 +150,16 @@ def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iter
         "reference": str(reference), "candidate": str(candidate), "frames": n,
         "reference_conf": ref_conf, "candidate_conf": min(pred_conf, ref_conf),
         "map": loose.to_dict(), "map_strict": strict.to_dict(),
-        "outputs": [e.to_dict() for e in errors.values()],
+        "outputs": [e.to_dict() for e in errors.values()], "outputs_not_compared": sorted(not_compared),
         "reference_ms": round(1000 * t_ref / n, 2), "candidate_ms": round(1000 * t_cand / n, 2),
     }
+
+
+def _first_difference(a: Sequence[str], b: Sequence[str]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"class {i} is {x!r} vs {y!r}"
+    return f"class {min(len(a), len(b))} is missing in one"
 
 
 def detections_on(model: str | Path, frames: Sequence[np.ndarray], config: PipelineConfig,

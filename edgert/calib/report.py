@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgert.atomic_file import write_atomic
 from edgert.calib.histograms import TensorRange
 from edgert.errors import CalibrationError
 
@@ -108,7 +109,7 @@ def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
 
     p = Path(path)
     try:
-        p.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        write_atomic(p, json.dumps(report, indent=2, default=str) + "\n")  # the report is the up-to-date proof
     except OSError as exc:
         raise CalibrationError(f"{p}: cannot write the report: {exc}") from exc
     try:

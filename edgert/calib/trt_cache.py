@@ -23,6 +23,7 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
+from edgert.atomic_file import write_atomic
 from edgert.errors import CalibrationError
 
 __all__ = [
@@ -83,7 +84,7 @@ def write_cache(path: str | Path, scales: Mapping[str, float], trt_version: str 
                 algorithm: str = "EntropyCalibration2") -> Path:
     p = Path(path)
     try:
-        p.write_text(format_cache(scales, trt_version, algorithm), encoding="ascii")
+        write_atomic(p, format_cache(scales, trt_version, algorithm).encode("ascii"))
     except OSError as exc:
         raise CalibrationError(f"{p}: cannot write the calibration cache: {exc}") from exc
     return p

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from edgert import __version__
-from edgert.errors import EdgertError
+from edgert.errors import EdgertError, OutputClosed
 from edgert.service.journal import JournalFormatter, stderr_is_journal
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
@@ -56,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose + (2 if args.debug else 0))
     try:
         code = args.func(args)
+    except (BrokenPipeError, OutputClosed):
+        # The reader of our stdout went away (`edgert run --json | head -1`): nothing is wrong with the run
+        # and nobody is left to tell. Exit quietly the way a program killed by SIGPIPE does.
+        _silence_stdout()
+        return EXIT_STDOUT_CLOSED
     except EdgertError as exc:
         if args.debug:
             raise
@@ -64,7 +70,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgert: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        if args.debug:
+            raise
+        print(f"{'<3>' if stderr_is_journal() else ''}edgert: error: out of memory. Note: lower preprocess.size, "
+              "runtime.queue_size or the batch", file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.flush()  # a pipe closed after the last print fails here, at exit: same quiet end
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_STDOUT_CLOSED
     return int(code or 0)
+
+
+#: What a shell reports for a program ended by SIGPIPE (128 + 13): the reader of stdout left first.
+EXIT_STDOUT_CLOSED = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's own flush at exit cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (tests capture it): nothing to flush
+        pass
 
 
 if __name__ == "__main__":

@@ -250,6 +250,7 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
         from edgert.report.html import attach_report
 
         report = attach_report(observers, args.report, config.power.budget_w, config.power.rail)
+    observers.append(_AnnouncePreviews())
     if sys.stderr.isatty() and not getattr(args, "json", False):
         observers.append(_Progress(config.runtime.max_frames))
     _announce_servers(config)
@@ -260,11 +261,17 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
 
 
 def _announce_servers(config: Any) -> None:
-    for uri in config.sinks:
-        if uri.startswith("http://"):
-            print(f"edgert: web preview at {uri.rstrip('/')}/ (when the pipeline has started)", file=sys.stderr)
     if config.runtime.metrics:
         print(f"edgert: metrics at http://{config.runtime.metrics}/metrics", file=sys.stderr)
+
+
+class _AnnouncePreviews(BaseObserver):
+    """Prints each web preview's address once the pipeline runs (its port is bound by then, not before)."""
+
+    def on_start(self, info: dict[str, Any]) -> None:
+        for uri in info.get("sinks", ()):
+            if str(uri).startswith("http://"):
+                print(f"edgert: web preview at {str(uri).rstrip('/')}/", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

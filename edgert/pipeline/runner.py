@@ -308,6 +308,8 @@ class Pipeline:
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
     def _open_sinks(self) -> None:
+        """Every sink checked, locked and bound before any truncates its file (a run that cannot start leaves
+        existing outputs alone), then opened; a sink failing mid-run stops the run with its error."""
         from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
 
         feeds = self._feeds
@@ -321,17 +323,22 @@ class Pipeline:
         for feed in feeds:
             if feed.config is not None:
                 plan += [(spec, feed) for spec in feed.config.sinks]
+        prepared: list[tuple[Any, _Feed | None]] = []
         try:
             for spec, owner in plan:
                 src = (owner or feeds[0]).source
-                title = f"{_basename(self.config.model.path)} on {src.uri}"
-                sink = as_sink(spec, title)
+                sink = as_sink(spec, f"{_basename(self.config.model.path)} on {src.uri}")
+                prepared.append((sink, owner))
                 if owner is None and several and sink.needs_image:
                     raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
                                       "source's sinks")
+                sink.prepare()
+            for sink, owner in prepared:
+                src = (owner or feeds[0]).source
+                title = f"{_basename(self.config.model.path)} on {src.uri}"
                 sink.open(StreamInfo(src.width, src.height, src.fps, self._names, title, self.stats))
-                worker = SinkWorker(sink)
+                worker = SinkWorker(sink, on_failure=self._sink_failed)
                 worker.start()
                 self._workers.append(worker)
                 if owner is None:
@@ -341,6 +348,11 @@ class Pipeline:
         except BaseException:
             for worker in self._workers:
                 worker.close()
+            for sink, _ in prepared[len(self._workers):]:
+                try:
+                    sink.close()
+                except Exception as exc:  # releasing must not hide the error that stopped the start
+                    log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
             self._workers, self._shared = [], []
             for feed in feeds:
                 feed.workers = []
@@ -348,6 +360,10 @@ class Pipeline:
         shared_draw = any(w.sink.needs_image for w in self._shared)
         for feed in feeds:
             feed.draw = shared_draw or any(w.sink.needs_image for w in feed.workers)
+
+    def _sink_failed(self, worker: Any) -> None:
+        self._errors.append(worker.error)
+        self.request_stop("sink failed")
 
     def _allocate(self, processor: Any) -> None:
         # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
@@ -452,8 +468,11 @@ class Pipeline:
         return restore
 
     def _get(self, q: queue.Queue[Any]) -> Any:
-        """Next item of ``q``; None when the pipeline aborts."""
+        """Next item of ``q``; None when the pipeline aborts (even with items still queued: a second signal
+        must not wait for a long queue to drain)."""
         while True:
+            if self._abort.is_set():
+                return None
             try:
                 return q.get(timeout=_POLL)
             except queue.Empty:
@@ -733,6 +752,9 @@ class Pipeline:
             summary.update(stages_summary(staged[0].stages))
         elif staged:
             summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
+        lost = {w.sink.uri: w.lost for w in self._workers if getattr(w, "lost", 0)}
+        if lost:
+            summary["lost"] = lost  # frames a failed sink did not write
         note = getattr(processor, "batch_note", None)
         if note:
             summary["batch_note"] = note

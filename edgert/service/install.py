@@ -28,6 +28,7 @@ from edgert.service.unit import (
     UnitOptions,
     check_service_paths,
     discover_device_allow,
+    hidden_paths,
     output_paths,
     render_unit,
     unit_name,
@@ -127,6 +128,8 @@ def plan_install(config_path: str | Path, name: str, *, user: str = "edgert", un
     if for_this_machine:
         options = replace(options, groups=_existing_groups(options.groups), device_allow=_device_rules())
     text = render_unit(config, options)
+    for note in hidden_paths(config, options):
+        log.warning("%s", note)
     env_path = Path(env_file or f"/etc/edgert/{name}.env")
     return InstallPlan(config, options, Path(unit_dir) / unit, env_path, text)
 

@@ -13,10 +13,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from edgert.errors import ConfigError, ServiceError
+from edgert.http_limits import BoundedHTTPServer
 
 __all__ = ["CONTENT_TYPE", "MetricsObserver", "MetricsServer", "parse_listen", "render_metrics"]
 
@@ -180,16 +181,18 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("metrics %s: " + format, self.address_string(), *args)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+#: Prometheus scrapes one at a time; a few more for curl and a second scraper. Idle ones go after 10 s.
+MAX_CLIENTS = 8
 
+
+class _Server(BoundedHTTPServer):
     def __init__(self, address: tuple[str, int], render: Callable[[], str]) -> None:
         if ":" in address[0]:
             import socket
 
             self.address_family = socket.AF_INET6
         self.render = render
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
 
 
 class MetricsServer:

@@ -31,6 +31,7 @@ __all__ = [
     "check_service_sinks",
     "discover_device_allow",
     "engine_path",
+    "hidden_paths",
     "output_paths",
     "render_unit",
     "template_text",
@@ -178,7 +179,69 @@ def check_service_paths(config: PipelineConfig, name: str) -> None:
 
 
 def _under_home(paths: Iterable[str]) -> bool:
-    return any(p == root or p.startswith(root + "/") for p in paths for root in _HOME_ROOTS)
+    return any(_under(p, _HOME_ROOTS) for p in paths)
+
+
+def _under(path: str, roots: Iterable[str]) -> str | None:
+    """The root of ``roots`` that ``path`` lies under, if any."""
+    for root in roots:
+        if path == root or path.startswith(root + "/"):
+            return root
+    return None
+
+
+_TMP_ROOTS = ("/tmp", "/var/tmp")  # both are replaced by empty private ones under PrivateTmp=yes
+
+
+def _interpreter(executable: str) -> str | None:
+    """The interpreter named on the ``#!`` line of a script (a pip-installed ``edgert`` is one)."""
+    try:
+        with open(executable, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    parts = first[2:].decode("utf-8", "replace").split()
+    return parts[0] if parts and os.path.isabs(parts[0]) else None
+
+
+def hidden_paths(config: PipelineConfig, opts: UnitOptions) -> list[str]:
+    """What the unit's own hardening hides from the service it starts, one sentence each.
+
+    ``PrivateTmp=yes`` gives the service an empty /tmp and /var/tmp; ``ProtectHome=yes`` makes /home,
+    /root and /run/user disappear. A config, model, source, the edgert executable or its interpreter
+    there is invisible to the service, which then fails at start with a confusing "file not found".
+    """
+    unit_values = _hardening(config, opts)
+    model = config.model.path or None
+    uri = config.source.uri.strip()
+    source = uri[len("file://"):] if uri.startswith("file://") else uri
+    candidates = [("config", opts.config_path), ("model", model),
+                  ("source", source if source_kind(uri) == "file" and os.path.isabs(source) else None),
+                  ("edgert executable", opts.edgert), ("Python interpreter", _interpreter(opts.edgert))]
+    seen: set[str] = set()
+    notes: list[str] = []
+    for label, path in candidates:
+        if not path:
+            continue
+        paths = [path]
+        real = os.path.realpath(path)  # a venv's python links elsewhere: both must stay visible
+        if real != path:
+            paths.append(real)
+        for p in paths:
+            if p in seen:
+                continue
+            seen.add(p)
+            tmp = _under(p, _TMP_ROOTS)
+            if tmp and unit_values["PRIVATE_TMP"] == "yes":
+                notes.append(f"the {label} {p} is under {tmp}, which PrivateTmp=yes replaces with an empty one "
+                             "for the service: move it elsewhere (e.g. /opt or /etc/edgert)")
+            home = _under(p, _HOME_ROOTS)
+            if home and unit_values["PROTECT_HOME"] == "yes":
+                notes.append(f"the {label} {p} is under {home}, which ProtectHome=yes hides from the service: "
+                             "install it outside home folders (e.g. a venv in /opt/edgert)")
+    return notes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,6 +326,19 @@ def engine_path(config: PipelineConfig, name: str, model: Path | None) -> Path |
     return Path(config.model.engine_cache or f"/var/cache/edgert/{name}") / (model.stem + ".engine")
 
 
+def _hardening(config: PipelineConfig, opts: UnitOptions) -> dict[str, str]:
+    """ProtectHome= and PrivateTmp= for this pipeline (shared by the unit and :func:`hidden_paths`)."""
+    writes = [*output_paths(config), *opts.extra_read_write]
+    reads = [opts.config_path, *([config.model.path] if config.model.path else []), *writes]
+    return {
+        # A home directory stays readable when the model or config lives there, never writable
+        # except for listed outputs.
+        "PROTECT_HOME": "read-only" if _under_home(reads) else "yes",
+        # libargus talks to nvargus-daemon through /tmp/argus_socket: a private /tmp would hide it.
+        "PRIVATE_TMP": "no" if source_kind(config.source.uri) == "csi" else "yes",
+    }
+
+
 def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     """The unit text for ``config``. Raises ServiceError for options that cannot make a valid unit."""
     unit_name(opts.name)
@@ -285,7 +361,6 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
 
     writes = [*output_paths(config), *opts.extra_read_write]
     read_write = [f"ReadWritePaths=-{_path_value(p)}" for p in sorted(set(writes))]
-    reads = [opts.config_path, *([str(model)] if model else []), *writes]
 
     exec_start = [opts.edgert, "run", "--config", opts.config_path]
     prestart: list[str] = []
@@ -317,11 +392,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "GROUPS": " ".join(opts.groups),
         "ENV_FILE": _path_value(env_file),
         "EXEC_START": _exec_line(exec_start),
-        # A home directory stays readable when the model or config lives there, never writable
-        # except for listed outputs.
-        "PROTECT_HOME": "read-only" if _under_home(reads) else "yes",
-        # libargus talks to nvargus-daemon through /tmp/argus_socket: a private /tmp would hide it.
-        "PRIVATE_TMP": "no" if kind == "csi" else "yes",
+        **_hardening(config, opts),
     }
     if config.task == "detect":
         service_type = [

@@ -260,8 +260,30 @@ class Transcriber:
         if self._suppress is None or self._suppress.shape[0] != vocab:
             mask = np.zeros(vocab, dtype=bool)
             mask[END_TOKEN + 1 :] = True  # every special token after <|endoftext|>: sot, notimestamps, times
+            # Whisper's default suppress_tokens="-1": no symbol-only tokens, so silence cannot come out
+            # as a confident "[BLANK_AUDIO]" or "(music)" that the no-speech rule would then keep.
+            for token in self._non_speech_tokens():
+                if 0 <= token < vocab:
+                    mask[token] = True
             self._suppress = mask
         return self._suppress
+
+    def _non_speech_tokens(self) -> set[int]:
+        """The tokens of openai-whisper's ``Tokenizer.non_speech_tokens`` (symbols, brackets, music notes)."""
+        symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
+        symbols += ["<<", ">>", "<<<", ">>>", "--", "---", "-(", "-[", "('", '("', "((", "))", "(((", ")))",
+                    "[[", "]]", "{{", "}}", "♪♪", "♪♪♪"]
+        miscellaneous = set("♩♪♫♬♭♮♯")
+
+        def encode(text: str) -> list[int]:
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+        result = {encode(" -")[0], encode(" '")[0]}
+        for symbol in symbols + sorted(miscellaneous):
+            for tokens in (encode(symbol), encode(" " + symbol)):
+                if len(tokens) == 1 or (tokens and symbol in miscellaneous):
+                    result.add(tokens[0])
+        return result
 
     def _decode_window(self, audio: np.ndarray) -> _Window:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
@@ -291,12 +313,18 @@ class Transcriber:
         window.truncated = True
         return window
 
-    def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "") -> Transcript:
+    def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "",
+                   ungated: bool = False) -> Transcript:
         """Transcribe 16 kHz mono float32 ``audio`` that starts at ``start`` seconds of ``stream``.
 
         As Whisper's own ``transcribe`` does, a window whose no-speech probability exceeds
         ``no_speech_threshold`` while its mean token log-probability is below ``logprob_threshold``
         is taken for silence: its text is dropped and the transcript says ``no_speech``.
+
+        ``ungated``: no VAD chose this audio (the whole stream is read window by window). Whisper's
+        log-probability exception then keeps its classic hallucination on a quiet room (" you" at a mean
+        log-probability of -0.73 with a no-speech probability of 0.95), so the no-speech probability
+        alone decides: nothing else stands between silence and a transcript.
         """
         x = np.asarray(audio)
         if x.ndim != 1 or x.dtype != np.float32:
@@ -310,7 +338,7 @@ class Transcriber:
             no_speech += w.no_speech_prob
             avg = w.sum_logprob / (len(w.tokens) + 1)
             if (self.no_speech_threshold is not None and w.no_speech_prob > self.no_speech_threshold
-                    and avg < self.logprob_threshold):
+                    and (ungated or avg < self.logprob_threshold)):
                 silent += 1
                 continue
             tokens += w.tokens
@@ -323,11 +351,14 @@ class Transcriber:
                           avg_logprob=sum_logprob / counted if counted else None,
                           no_speech_prob=min(max(no_speech / windows, 0.0), 1.0), no_speech=silent == windows)
 
-    def transcribe_segment(self, segment: SpeechSegment) -> Transcript:
-        """Transcribe a VAD segment (it must carry its audio); the transcript keeps its times."""
+    def transcribe_segment(self, segment: SpeechSegment, ungated: bool = False) -> Transcript:
+        """Transcribe a VAD segment (it must carry its audio); the transcript keeps its times.
+
+        ``ungated``: the segment is a window of the whole stream, not chosen by a VAD (see :meth:`transcribe`).
+        """
         if segment.audio is None:
             raise InputError("SpeechSegment has no audio: the VAD must keep segment audio for transcription")
-        t = self.transcribe(segment.audio, segment.start, segment.stream)
+        t = self.transcribe(segment.audio, segment.start, segment.stream, ungated=ungated)
         return dataclasses.replace(t, start=segment.start, end=segment.end)
 
     def close(self) -> None:

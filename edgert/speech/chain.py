@@ -175,8 +175,10 @@ class SpeechChain:
         asr = self.asr
         if asr is None:
             return
-        transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg), seg.duration)
-        if transcript.no_speech:  # Whisper's silence rule: noise the VAD let through
+        ungated = self.vad is None  # without a VAD, Whisper's no-speech estimate is the only silence guard
+        transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg, ungated=ungated),
+                                             seg.duration)
+        if transcript.no_speech:  # Whisper's silence rule: noise the VAD let through, or silence without one
             with self._lock:
                 self.counts["no_speech_segments"] += 1
             return

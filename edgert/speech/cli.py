@@ -125,9 +125,9 @@ def cli_run(config: PipelineConfig, args: Any) -> int:
     if ignored:
         log.warning("speech tasks do not use %s yet; ignored", ", ".join(ignored))
     with ExitStack() as stack:
-        sinks = [stack.enter_context(open_event_sink(u)) for u in config.sinks]
+        sinks: list[Any] = []  # opened (truncated) last: a bad model or WAV leaves existing outputs alone
         # Without sinks (and without --json, whose stdout is the summary) events print as text lines.
-        show = not sinks and not getattr(args, "json", False)
+        show = not config.sinks and not getattr(args, "json", False)
 
         def on_event(event: Any) -> None:
             data = event.to_dict()
@@ -138,6 +138,7 @@ def cli_run(config: PipelineConfig, args: Any) -> int:
 
         chain = stack.enter_context(build_chain(config, on_event))
         source = stack.enter_context(open_audio(uri, config.speech.chunk_samples))
+        sinks.extend(stack.enter_context(open_event_sink(u)) for u in config.sinks)
         summary = chain.run(source, max_chunks)
     summary["task"] = config.task
     summary["models"] = {stage: list(m) if isinstance(m, tuple) else m for stage, m in resolve_chain(config)[1].items()}

@@ -8,11 +8,14 @@ when it happens.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 from edgert.errors import SinkError
+from edgert.output_lock import lock_output
 
 __all__ = ["EventSink", "open_event_sink"]
 
@@ -29,9 +32,17 @@ class EventSink:
             if not p.parent.is_dir():
                 raise SinkError(f"{uri}: folder {p.parent} does not exist")
             try:
-                self._fh: IO[str] = p.open("w", encoding="utf-8")
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)  # not truncated before locked
             except OSError as exc:
                 raise SinkError(f"{uri}: cannot write {p}: {exc.strerror}") from None
+            try:
+                lock_output(fd, p)  # one writer per file: a second run fails naming the first
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.ftruncate(fd, 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fh: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
         else:
             self._fh = sys.stdout
 

@@ -11,6 +11,7 @@ the same three parts (``session``, ``preprocessor``, ``decoder``) on separate th
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -26,7 +27,7 @@ from edgert.vision.detections import Detections
 from edgert.vision.image_io import read_image
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
 
-__all__ = ["Detector", "concrete_output_specs", "image_input", "sample_output_specs"]
+__all__ = ["Detector", "concrete_output_specs", "fill_other_inputs", "image_input", "sample_output_specs"]
 
 
 def image_input(session: Session) -> TensorSpec:
@@ -39,6 +40,35 @@ def image_input(session: Session) -> TensorSpec:
         return rank4[0]
     inputs = ", ".join(s.describe() for s in specs)
     raise ModelError(f"cannot tell which input takes the image: {inputs}. Note: edgert expects one image input")
+
+
+def fill_other_inputs(session: Session, image: str, values: Mapping[str, Sequence[float]], model: str) -> None:
+    """Write the configured constant into every input but the image, once (nothing overwrites them later).
+
+    An input the pipeline cannot fill would otherwise run on zeros and give quietly wrong results (an
+    ``orig_target_sizes`` of 0x0, a ``scale_factor`` of 0), so one without a value is an error naming it.
+    """
+    names = [s.name for s in session.input_specs]
+    for name in values:
+        if name == image:
+            raise ModelError(f"{model}: model.inputs.{name}: that is the image input, which the frames fill")
+        if name not in names:
+            raise ModelError(f"{model}: model.inputs.{name}: the model has no such input (inputs: {', '.join(names)})")
+    for spec in session.input_specs:
+        if spec.name == image:
+            continue
+        if spec.name not in values:
+            raise ModelError(
+                f"{model}: input {spec.describe()} is not the image and edgert cannot fill it. "
+                f"Note: give it a constant with model.inputs in the config: model: {{inputs: {{{spec.name}: [...]}}}}"
+            )
+        buf = session.inputs[spec.name]
+        try:
+            np.copyto(buf, np.broadcast_to(np.asarray(values[spec.name], dtype=np.float64), buf.shape),
+                      casting="unsafe")
+        except ValueError:
+            raise ModelError(f"{model}: model.inputs.{spec.name}: {len(values[spec.name])} values do not fit "
+                             f"the input's shape {list(buf.shape)}") from None
 
 
 def concrete_output_specs(session: Session) -> list[TensorSpec]:
@@ -95,8 +125,15 @@ class Detector:
                 shapes = {spec.name: wanted}
                 session = open_session(model, backend, SessionOptions(threads=self.config.model.threads, shapes=shapes))
             self.input_name = spec.name
+            fill_other_inputs(session, spec.name, self.config.model.inputs, str(model))
             self.output_specs = sample_output_specs(session) if batch > 1 else concrete_output_specs(session)
             self.decoder: Decoder = make_decoder(self.config.decode, self.output_specs, session.metadata)
+        except MemoryError:
+            if self._owns_session:
+                session.close()
+            shape = list(self.preprocessor.input_shape) if hasattr(self, "preprocessor") else "?"
+            raise ModelError(f"{model}: not enough memory for the buffers of a {shape} input. "
+                             "Note: set a smaller preprocess.size") from None
         except BaseException:
             if self._owns_session:
                 session.close()

@@ -1,9 +1,19 @@
 """Where detections go, chosen by URI: JSON Lines, a video file, a window, a web preview, RTSP.
 
-``open_sink(uri)`` returns a :class:`Sink` (not opened). The pipeline never calls a sink directly: each
-sink runs on its own thread behind a :class:`SinkWorker`, which hands it frames through a bounded queue
-of preallocated image buffers. When the sink is slower than the pipeline the queue is full, the frame is
-dropped for that sink and counted; the pipeline never waits for a sink.
+``open_sink(uri)`` returns a :class:`Sink` (not opened). Opening has two steps so that a run that cannot
+start destroys nothing: ``prepare()`` checks and claims everything (the folder exists and is writable, the
+output file is locked against a second run, the port is bound) without touching an existing output, and
+``open(info)`` then truncates and starts writing. :func:`prepare_sinks` prepares every sink of a run (and
+releases them all when one fails); only then does the pipeline open them (:func:`open_sinks`).
+
+A sink that fails mid-run (a full disk, a closed pipe, a deleted folder) is an error, not a log line: its
+:class:`SinkWorker` records it (``failed``, ``error``, ``lost``), finalises the sink at once (a JSONL file
+ends on its last whole line, a video is released) and takes no more frames.
+
+The pipeline never calls a sink directly: each sink runs on its own thread behind a :class:`SinkWorker`,
+which hands it frames through a bounded queue of preallocated image buffers. When the sink is slower
+than the pipeline the queue is full, the frame is dropped for that sink and counted;
+the pipeline never waits for a sink.
 
 URIs: ``jsonl://events.jsonl``, ``jsonl://-`` (stdout), ``out.mp4`` / ``out.avi`` (annotated video),
 ``out.jpg`` (the last annotated frame, replaced atomically), ``frames/`` (one annotated image per frame;
@@ -19,10 +29,12 @@ own thread: ``Pipeline(config, sinks=[CallbackSink(on_frame)]).run()``.
 from __future__ import annotations
 
 import abc
+import errno
 import json
 import logging
 import os
 import queue
+import stat
 import sys
 import threading
 import time
@@ -36,7 +48,8 @@ from urllib.parse import parse_qs
 import numpy as np
 
 from edgert._lazy import lazy_import
-from edgert.errors import SinkError
+from edgert.errors import OutputClosed, SinkError
+from edgert.output_lock import lock_output
 from edgert.pipeline.stats import PipelineStats
 from edgert.vision.detections import Detections
 
@@ -48,6 +61,7 @@ __all__ = [
     "ImageFileSink",
     "ImageFolderSink",
     "JsonlSink",
+    "OutputClosed",
     "RtspSink",
     "Sink",
     "SinkWorker",
@@ -56,11 +70,20 @@ __all__ = [
     "as_sink",
     "event_records",
     "frame_record",
+    "lock_output",
     "open_sink",
+    "open_sinks",
+    "prepare_sinks",
     "rtsp_out_pipeline",
 ]
 
 log = logging.getLogger(__name__)
+
+#: Free space a video sink keeps so that it can still be finalised: what OpenCV's FFmpeg writer holds
+#: before it writes (it was seen flushing in 256 KiB steps) and the container trailer, plus per frame
+#: written its index entry (MP4 stsz/stco, AVI idx1: 16 bytes and less).
+VIDEO_RESERVE_BYTES = 512 * 1024
+INDEX_BYTES_PER_FRAME = 32
 
 #: Containers and the FourCC that OpenCV's pip wheel (FFmpeg inside) can write for each.
 VIDEO_SUFFIXES: dict[str, str] = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
@@ -108,7 +131,11 @@ def event_records(result: FrameResult) -> list[dict[str, Any]]:
 
 
 class Sink(abc.ABC):
-    """One output. ``open`` raises :class:`SinkError` (one line) when it cannot work at all."""
+    """One output. ``prepare`` and ``open`` raise :class:`SinkError` (one line) when it cannot work at all.
+
+    ``prepare()`` must not change an existing output; ``open(info)`` calls it when it was not called;
+    ``close()`` is safe at any point (after prepare only, it releases what prepare claimed) and twice.
+    """
 
     #: Whether ``write`` uses ``result.image`` (the pipeline draws the boxes once for all such sinks).
     needs_image: bool = False
@@ -122,6 +149,9 @@ class Sink(abc.ABC):
         self.uri = uri
         #: Messages the sink itself had to drop (a full outgoing queue); the worker adds them to its own count.
         self.dropped = 0
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Check and claim what ``open`` needs (folder, lock, port) without touching an existing output."""
 
     @abc.abstractmethod
     def open(self, info: StreamInfo) -> None: ...
@@ -141,6 +171,44 @@ class Sink(abc.ABC):
 
 
 # --------------------------------------------------------------------------------------------------
+# One writer per output file
+
+
+def _claim_file(path: Path, what: str) -> tuple[int, bool]:
+    """Open ``path`` for writing without truncating it, locked; (fd, whether this call created it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = os.path.lexists(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise SinkError(f"{path}: cannot write {what} here: {exc.strerror or exc}") from None
+    try:
+        lock_output(fd, path)
+    except BaseException:
+        os.close(fd)
+        if not existed:
+            _unlink_quietly(path)
+        raise
+    return fd, not existed
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _deleted(fd: int) -> bool:
+    """Whether the regular file open at ``fd`` was deleted (its folder removed, ``rm``): writes would vanish."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return True
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 0
+
+
+# --------------------------------------------------------------------------------------------------
 # JSON Lines
 
 
@@ -149,7 +217,8 @@ class JsonlSink(Sink):
     event of that frame: ``{"type": "line_cross", "line", "track_id", "class", "direction", "time", "frame"}``.
 
     Each line goes out in one ``write`` call and is flushed at once, so a process killed at any moment
-    leaves only whole lines; the file is fsynced at close.
+    leaves only whole lines; the file is fsynced at close. When a write fails (a full disk), the file is
+    cut back to its last whole line and the sink fails; a file deleted mid-run fails it too.
     """
 
     queue_size = 1024  # events are small and cheap: a deep queue rides out a slow disk
@@ -160,39 +229,70 @@ class JsonlSink(Sink):
         self.path = path
         self._fd: int | None = None
         self._stdout = path == "-"
+        self._created = False  # prepare() made the file: a run that never opens it removes it again
+        self._opened = False
+        self._regular = False
+        self._good = 0  # bytes of whole lines in the file
         self.lines = 0
 
-    def open(self, info: StreamInfo) -> None:
-        if self._stdout:
+    def prepare(self) -> None:
+        if self._stdout or self._fd is not None:
             return
-        target = Path(self.path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise SinkError(f"{self.path}: cannot write events here: {exc.strerror}") from None
+        self._fd, self._created = _claim_file(Path(self.path), "events")
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        if self._fd is not None and self._regular:
+            os.ftruncate(self._fd, 0)
+            os.lseek(self._fd, 0, os.SEEK_SET)
+        self._good = 0
+        self._opened = True
 
     def write(self, result: FrameResult) -> None:
         records = [frame_record(result), *event_records(result)]
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         if self._stdout:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except BrokenPipeError:
+                raise OutputClosed("jsonl://-: stdout was closed by its reader") from None
         elif self._fd is not None:
             view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError as exc:
+                self._cut_to_last_line()
+                raise SinkError(f"{self.path}: writing events failed: {exc.strerror or exc}") from None
+            self._good += len(data)
+            if self._regular and _deleted(self._fd):
+                raise SinkError(f"{self.path}: the file was deleted while the run wrote it")
         self.lines += 1
+
+    def _cut_to_last_line(self) -> None:
+        """After a failed write: the file ends on its last whole line again (a cut object is no event)."""
+        if self._fd is None or not self._regular:
+            return
+        try:
+            os.ftruncate(self._fd, self._good)
+            os.lseek(self._fd, self._good, os.SEEK_SET)
+        except OSError as exc:
+            log.error("%s: cannot cut the file back to its last whole line: %s", self.path, exc.strerror)
 
     def close(self) -> None:
         if self._fd is not None:
-            try:
-                os.fsync(self._fd)
-            except OSError:  # a pipe or a special file cannot be synced: nothing to do
-                pass
-            os.close(self._fd)
+            if self._opened:
+                try:
+                    os.fsync(self._fd)
+                except OSError:  # a pipe or a special file cannot be synced; a full disk already failed
+                    pass
+            os.close(self._fd)  # releases the lock
             self._fd = None
+            if self._created and not self._opened:  # prepared for a run that never started
+                _unlink_quietly(Path(self.path))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,7 +313,13 @@ def _check_writable(path: Path, what: str = "the video") -> None:
 
 
 class VideoFileSink(Sink):
-    """Annotated frames into a video file (MPEG-4 Part 2 for .mp4/.mkv/.mov, Motion-JPEG for .avi)."""
+    """Annotated frames into a video file (MPEG-4 Part 2 for .mp4/.mkv/.mov, Motion-JPEG for .avi).
+
+    ``prepare`` locks the file and has OpenCV write a throwaway probe beside it, so a container or
+    codec this OpenCV cannot write fails before any existing video is truncated. OpenCV reports no write
+    errors, so the sink watches the file itself: deleted, or its filesystem full, and it fails (and the
+    writer is released at once, which finalises what it can).
+    """
 
     needs_image = True
     queue_size = 8  # encoding takes a few ms; a short queue rides out the odd slow frame
@@ -224,17 +330,37 @@ class VideoFileSink(Sink):
         self.path = path
         self.fourcc = fourcc or VIDEO_SUFFIXES.get(path.suffix.lower(), "mp4v")
         self._writer: Any = None
+        self._fd: int | None = None  # holds the lock, and tells deletion and a full disk
+        self._created = False
+        self._opened = False
         self._size = (0, 0)
         self._resized: np.ndarray | None = None
         self.frames = 0
 
+    def prepare(self) -> None:
+        if self._fd is not None:
+            return
+        cv2 = lazy_import("cv2", "writing video files")
+        self._fd, self._created = _claim_file(self.path, "the video")
+        probe = self.path.with_name(f".{self.path.stem}.edgert-probe-{os.getpid()}{self.path.suffix}")
+        try:
+            writer = cv2.VideoWriter(str(probe), cv2.VideoWriter_fourcc(*self.fourcc), 10.0, (64, 64))
+            ok = writer.isOpened()
+            writer.release()
+        finally:
+            _unlink_quietly(probe)
+        if not ok:
+            self.close()
+            raise SinkError(f"{self.path}: OpenCV cannot write {self.fourcc} video here. Note: use .mp4 or .avi")
+
     def open(self, info: StreamInfo) -> None:
         cv2 = lazy_import("cv2", "writing video files")
-        _check_writable(self.path)
         if info.width <= 0 or info.height <= 0:
             raise SinkError(f"{self.path}: the source reported no frame size")
+        self.prepare()
         fps = info.fps if info.fps and info.fps > 0 else 10.0
         self._size = (info.width, info.height)
+        self._opened = True  # from here the file is ours to (re)write
         writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*self.fourcc), fps, self._size)
         if not writer.isOpened():
             writer.release()
@@ -244,6 +370,7 @@ class VideoFileSink(Sink):
     def write(self, result: FrameResult) -> None:
         if self._writer is None or result.image is None:
             return
+        self._check_file()
         image = result.image
         if (image.shape[1], image.shape[0]) != self._size:  # folders of mixed sizes: fit the first size
             cv2 = lazy_import("cv2")
@@ -253,11 +380,35 @@ class VideoFileSink(Sink):
         self._writer.write(image)
         self.frames += 1
 
+    def _check_file(self) -> None:
+        if self._fd is None:
+            return
+        if _deleted(self._fd):
+            raise SinkError(f"{self.path}: the video was deleted while the run wrote it")
+        try:
+            vfs = os.fstatvfs(self._fd)
+            size = os.fstat(self._fd).st_size
+        except OSError:
+            return
+        # Stop while the rest still fits: OpenCV's writer ignores write errors, and a video whose index
+        # (MP4 moov, AVI idx1) cannot be written at the end does not play. Keep room for the writer's
+        # buffer, a few frames and the index.
+        free = vfs.f_bavail * vfs.f_frsize
+        per_frame = size / self.frames if self.frames else 0.0
+        if free < VIDEO_RESERVE_BYTES + 4 * per_frame + INDEX_BYTES_PER_FRAME * self.frames:
+            raise SinkError(f"{self.path}: writing the video failed: {os.strerror(errno.ENOSPC)} "
+                            f"({free // 1024} KiB left); it was stopped and finalised at frame {self.frames}")
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
             log.info("wrote %d frames to %s", self.frames, self.path)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            if self._created and not self._opened:
+                _unlink_quietly(self.path)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,10 +425,14 @@ class DisplaySink(Sink):
         self.title = title
         self._open = False
 
-    def open(self, info: StreamInfo) -> None:
-        cv2 = lazy_import("cv2", "the display window")
+    def prepare(self) -> None:
+        lazy_import("cv2", "the display window")
         if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
             raise SinkError(f"{self.uri}: no display here (DISPLAY is not set). Note: use http://127.0.0.1:8080")
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        cv2 = lazy_import("cv2", "the display window")
         try:
             cv2.namedWindow(self.title, cv2.WINDOW_NORMAL)
         except cv2.error:
@@ -332,15 +487,19 @@ class RtspSink(Sink):
         self._writer: Any = None
         self._size = (0, 0)
 
-    def open(self, info: StreamInfo) -> None:
+    def prepare(self) -> None:
         from edgert.vision.sources import gstreamer_available
 
-        cv2 = lazy_import("cv2", "RTSP output")
+        lazy_import("cv2", "RTSP output")
         if not gstreamer_available():
             raise SinkError(
                 f"{self.uri}: RTSP output needs OpenCV built with GStreamer (this one is not). "
                 "Note: use the web preview http://127.0.0.1:8080, or JetPack's python3-opencv"
             )
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        cv2 = lazy_import("cv2", "RTSP output")
         from edgert.platform import jetson_info
 
         fps = info.fps or 30.0
@@ -552,13 +711,22 @@ class SinkWorker:
 
     Images are copied into a fixed set of ``queue_size + 1`` buffers made at the first frame, so the
     pipeline may reuse its own frame buffer as soon as ``offer`` returns.
+
+    A sink whose ``write`` raises has failed for good: ``failed`` turns true, ``error`` is a one-line
+    :class:`SinkError` (:class:`OutputClosed` when the reader of stdout left), the sink is closed at once
+    (finalising its file), and every frame from the one that failed on is counted in ``lost`` (never in
+    ``dropped``, which counts frames skipped because the sink was behind). ``on_failure(worker)`` is called
+    once, from the worker's thread, so the pipeline can stop and exit non-zero.
     """
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, on_failure: Callable[[SinkWorker], None] | None = None) -> None:
         self.sink = sink
         self._dropped = 0
+        self.on_failure = on_failure
         self.written = 0
-        self.error: BaseException | None = None
+        self.error: SinkError | None = None
+        self._lost_offered = 0  # counted by the pipeline's thread (offer) ...
+        self._lost_queued = 0  # ... and by the worker's thread: two counters, no lock on the hot path
         self._queue: queue.Queue[FrameResult | None] = queue.Queue(maxsize=sink.queue_size)
         self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
         self._buffers_made = False
@@ -569,6 +737,15 @@ class SinkWorker:
         """Frames this worker dropped (sink behind or failed) plus messages the sink itself dropped."""
         return self._dropped + int(getattr(self.sink, "dropped", 0))
 
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def lost(self) -> int:
+        """Frames this sink did not write because it had failed (the failing one included)."""
+        return self._lost_offered + self._lost_queued
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=f"edgert-sink:{self.sink.uri}", daemon=True)
         self._thread.start()
@@ -577,10 +754,10 @@ class SinkWorker:
         """Hand over one frame; False (and counted) when the sink is behind or has failed.
 
         A ``lossless`` sink is never behind: the call waits for room (until ``abort`` is set, then the
-        frame counts as dropped).
+        frame counts as dropped, or until the sink fails, then it counts as lost).
         """
         if self.error is not None:
-            self._dropped += 1
+            self._lost_offered += 1
             return False
         wait = self.sink.lossless
         image = result.image
@@ -590,9 +767,9 @@ class SinkWorker:
                 for _ in range(self.sink.queue_size + 1):
                     self._free.put(np.empty_like(image))
                 self._buffers_made = True
-            buf = self._take(self._free, wait, abort)
+            buf = self._take(wait, abort)
             if buf is None:
-                self._dropped += 1
+                self._count_refused()
                 return False
             if buf.shape != image.shape:
                 buf = np.empty_like(image)
@@ -601,18 +778,23 @@ class SinkWorker:
                              result.events)
         if self._put(result, wait, abort):
             return True
-        self._dropped += 1
+        self._count_refused()
         if buf is not None:
             self._free.put(buf)
         return False
 
-    @staticmethod
-    def _take(free: queue.SimpleQueue[np.ndarray], wait: bool, abort: threading.Event | None) -> np.ndarray | None:
+    def _count_refused(self) -> None:
+        if self.error is not None:
+            self._lost_offered += 1  # it failed while we waited
+        else:
+            self._dropped += 1
+
+    def _take(self, wait: bool, abort: threading.Event | None) -> np.ndarray | None:
         while True:
             try:
-                return free.get(timeout=0.1) if wait else free.get_nowait()
+                return self._free.get(timeout=0.1) if wait else self._free.get_nowait()
             except queue.Empty:
-                if not wait or (abort is not None and abort.is_set()):
+                if not wait or self.error is not None or (abort is not None and abort.is_set()):
                     return None
 
     def _put(self, result: FrameResult, wait: bool, abort: threading.Event | None) -> bool:
@@ -636,12 +818,37 @@ class SinkWorker:
                 if self.error is None:
                     self.sink.write(result)
                     self.written += 1
-            except Exception as exc:  # a sink failing mid-run stops that sink, not the pipeline
-                self.error = exc
-                log.error("sink %s failed and stops: %s", self.sink.uri, exc)
+                else:
+                    self._lost_queued += 1
+            except Exception as exc:
+                self._failed(exc)
             finally:
                 if result.image is not None:
                     self._free.put(result.image)
+
+    def _failed(self, exc: Exception) -> None:
+        if isinstance(exc, SinkError):
+            error = exc
+        elif isinstance(exc, BrokenPipeError):
+            error = OutputClosed(f"{self.sink.uri}: the reader closed the output")
+        else:
+            text = str(exc).strip()
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else (
+                text.splitlines()[-1] if text else type(exc).__name__)
+            error = SinkError(f"{self.sink.uri}: writing failed: {detail}")
+        self._lost_queued += 1  # the frame being written
+        self.error = error
+        # info, not error: the pipeline stops on it and the CLI prints it once, as its one-line error
+        log.info("sink %s failed and stops: %s", self.sink.uri, error)
+        try:
+            self.sink.close()  # finalise now: the run may still be killed before it closes its sinks
+        except Exception as close_exc:
+            log.warning("sink %s did not close cleanly after failing: %s", self.sink.uri, close_exc)
+        if self.on_failure is not None:
+            try:
+                self.on_failure(self)
+            except Exception:
+                log.warning("on_failure of sink %s raised", self.sink.uri, exc_info=True)
 
     def close(self, timeout: float = 10.0) -> None:
         """Let the sink finish what is queued, then close it."""
@@ -652,6 +859,55 @@ class SinkWorker:
                 log.warning("sink %s did not finish within %.0f s", self.sink.uri, timeout)
             self._thread = None
         self.sink.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Preparing and opening the sinks of a run
+
+
+def prepare_sinks(specs: Sequence[str | Sink], title: str = "edgert") -> list[Sink]:
+    """Every sink of a run, prepared (checked, locked, bound) and not yet opened; nothing is truncated.
+
+    Call it before opening any sink: when one cannot work, the ones already prepared are released
+    (files they created removed, ports closed) and its one-line :class:`SinkError` is raised, so a run
+    that does not start leaves every existing output as it was.
+    """
+    sinks: list[Sink] = []
+    try:
+        for spec in specs:
+            sink = open_sink(spec, title) if isinstance(spec, str) else spec
+            sinks.append(sink)
+            sink.prepare()
+    except BaseException:
+        for sink in reversed(sinks):
+            try:
+                sink.close()
+            except Exception as exc:
+                log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+        raise
+    return sinks
+
+
+def open_sinks(sinks: Sequence[Sink], info: StreamInfo,
+               on_failure: Callable[[SinkWorker], None] | None = None) -> list[SinkWorker]:
+    """Open prepared sinks and start a :class:`SinkWorker` for each; on a failure close them all and raise."""
+    workers: list[SinkWorker] = []
+    try:
+        for sink in sinks:
+            sink.open(info)
+            worker = SinkWorker(sink, on_failure)
+            worker.start()
+            workers.append(worker)
+    except BaseException:
+        for worker in workers:
+            worker.close()
+        for sink in sinks[len(workers):]:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+        raise
+    return workers
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,11 +8,18 @@ frame buffers are reused) or None at the end. Every source reports ``width``, ``
 Two kinds behave differently, on purpose:
 
 - files (video, image, folder, glob) deliver every frame; a frame that cannot be decoded is skipped and
-  counted (``skipped``); the end of the file ends the run.
+  counted (``skipped``); the end of the file ends the run. A video is read on a reader thread, so a file
+  that stops delivering (a FIFO whose writer went quiet) is a *stall* after ``source.timeout_s`` (10 s by
+  default): counted in ``stalls``, named in ``end_reason``, and it ends the source instead of hanging.
 - live sources (cameras, RTSP, GStreamer) run a grabber thread that keeps only the newest frame: a frame
   the pipeline did not take in time is dropped and counted (``dropped``), so a slow consumer always
   sees the present, never a backlog. When the camera or stream fails, the grabber reconnects with
-  exponential backoff and logs each attempt; the pipeline just waits for the next frame.
+  exponential backoff and logs each attempt; the pipeline just waits for the next frame. No frame for
+  ``source.timeout_s`` (5 s by default) is a stall: counted, logged, and the stream is reconnected
+  (a grabber stuck inside a driver call is abandoned for a new one).
+
+``stop()`` (the pipeline calls it at SIGINT/SIGTERM, from another thread) makes a waiting ``read()``
+return None at once, whatever the source is blocked on.
 
 URIs: ``path/to/video.mp4``, ``image.jpg``, ``folder/``, ``'images/*.jpg'``, ``/dev/video0``,
 ``v4l2:///dev/video0``, ``0`` (= /dev/video0), ``csi://0``, ``rtsp://host/stream``,
@@ -41,7 +48,9 @@ from edgert.config import SourceConfig
 from edgert.errors import SourceError
 
 __all__ = [
+    "FILE_TIMEOUT_S",
     "IMAGE_SUFFIXES",
+    "LIVE_TIMEOUT_S",
     "SKIP_DAMAGED_END",
     "SKIP_UNDECODABLE",
     "SKIP_UNREADABLE_IMAGE",
@@ -95,6 +104,11 @@ class RepeatedWarning:
         if self.count > 1:
             self.logger.warning("%s: %d in all", what, self.count)
         self.count = 0
+
+
+#: Seconds without a frame after which a source has stalled (``source.timeout_s`` overrides both).
+FILE_TIMEOUT_S = 10.0
+LIVE_TIMEOUT_S = 5.0
 
 
 def _cv2() -> Any:
@@ -173,10 +187,11 @@ class FrameSource(abc.ABC):
         self.skipped_by_reason: dict[str, int] = {}  # the same by reason (SKIP_* above)
         self.reconnects = 0
         #: Why ``read()`` returned None: "end of input" at a normal end, else what cut the input short
-        #: (a damaged video, ...). None while the source still delivers.
+        #: (a damaged video, a stall: "stalled: ...", a stop: "stopped"). None while the source still delivers.
         self.end_reason: str | None = None
         #: Whether the input ended before its end (damage): ``end_reason`` then says why.
         self.ended_early = False
+        self.stalls = 0  # times no frame came within the read timeout
         self._opened = False
 
     @abc.abstractmethod
@@ -194,8 +209,11 @@ class FrameSource(abc.ABC):
     def close(self) -> None: ...
 
     def info(self) -> dict[str, Any]:
-        return {"uri": self.uri, "kind": self.kind, "live": self.live, "width": self.width,
-                "height": self.height, "fps": self.fps}
+        info: dict[str, Any] = {"uri": self.uri, "kind": self.kind, "live": self.live, "width": self.width,
+                                "height": self.height, "fps": self.fps, "stalls": self.stalls}
+        if self.end_reason is not None:
+            info["end_reason"] = self.end_reason
+        return info
 
     def skip(self, reason: str, count: int = 1) -> None:
         """Count ``count`` frames skipped for ``reason``."""
@@ -230,27 +248,130 @@ def _into(out: np.ndarray | None, frame: np.ndarray) -> np.ndarray:
 # Files
 
 
+class _BlockingCalls:
+    """One thread that runs blocking calls (OpenCV opens and reads) so the caller waits with a timeout.
+
+    ``call`` returns ``("ok", value)``, ``("timeout", None)`` when the call did not finish in time, or
+    ``("stopped", None)`` once :meth:`stop` was called (from any thread). A call that timed out may still
+    be running: ``busy`` says so, and its result is thrown away.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._cond = threading.Condition()
+        self._job: tuple[Callable[[Any], Any], Any] | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._done = False
+        self.busy = False
+        self._stopping = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[[Any], Any], arg: Any, timeout: float) -> tuple[str, Any]:
+        with self._cond:
+            if self._stopping:
+                return "stopped", None
+            if self.busy:  # the last call is still stuck: a second one would only queue behind it
+                return "timeout", None
+            self._job = (fn, arg)
+            self.busy = True
+            self._done = False
+            self._cond.notify_all()
+            deadline = time.monotonic() + timeout
+            while not self._done:
+                if self._stopping:
+                    return "stopped", None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout", None
+                self._cond.wait(remaining)
+            self._done = False
+            result, error = self._result, self._error
+            self._result = self._error = None
+        if error is not None:
+            raise error
+        return "ok", result
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._job is None and not self._closed:
+                    self._cond.wait()
+                if self._job is None:
+                    return
+                fn, arg = self._job
+                self._job = None
+            try:
+                result, error = fn(arg), None
+            except BaseException as exc:  # handed to the caller, raised there
+                result, error = None, exc
+            with self._cond:
+                self._result, self._error = result, error
+                self._done = True
+                self.busy = False
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
 class VideoFileSource(FrameSource):
-    """A video file: every frame in order; undecodable frames are counted skips; ``loop`` restarts it."""
+    """A video file: every frame in order; undecodable frames are counted skips; ``loop`` restarts it.
+
+    Opening and reading happen on a reader thread: a read that takes longer than ``timeout`` seconds (a
+    FIFO or a network mount that stopped delivering) is a stall that ends the source, and ``stop()``
+    ends a waiting read at once.
+    """
 
     kind = "video"
 
-    def __init__(self, uri: str, path: Path, loop: bool = False) -> None:
+    def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None) -> None:
         super().__init__(uri)
         self.path = path
         self.loop = loop
+        self.timeout = timeout if timeout is not None else FILE_TIMEOUT_S
         self._cap: Any = None
         self._first: np.ndarray | None = None
         self._frame_count = 0
         self._bad_frame = RepeatedWarning(log, "%s: frame %d cannot be decoded, skipped")
         self._consumed = 0  # frames of this pass through the file: delivered or counted as undecodable
+        self._calls: _BlockingCalls | None = None
 
     def open(self) -> None:
-        cv2 = _cv2()
         if not self.path.exists():
             raise SourceError(f"{self.path}: video file not found")
         if not os.access(self.path, os.R_OK):
             raise SourceError(f"{self.path}: video file is not readable (permissions)")
+        self._calls = _BlockingCalls(f"edgert-read:{self.path.name}")
+        status, opened = self._calls.call(self._open_blocking, None, self.timeout)
+        if status != "ok":
+            self.stalls += status == "timeout"
+            self._abandon()
+            raise SourceError(f"{self.path}: no frame within {self.timeout:g} s (a FIFO nobody writes to, or a "
+                              "stalled mount?). Note: source.timeout_s sets the wait" if status == "timeout"
+                              else f"{self.path}: stopped while opening")
+        cap, frame = opened
+        self._cap = cap
+        self._first = frame
+        self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
+        cv2 = _cv2()
+        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if fps > 0 else None
+        self._frame_count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self._opened = True
+        log.info("opened video %s: %dx%d at %s fps, %d frames", self.path, self.width, self.height,
+                 self.fps, self._frame_count)
+
+    def _open_blocking(self, _: Any) -> tuple[Any, np.ndarray]:
+        cv2 = _cv2()
         cap = cv2.VideoCapture(str(self.path))
         if not cap.isOpened():
             cap.release()
@@ -259,23 +380,30 @@ class VideoFileSource(FrameSource):
         if not ok or frame is None:
             cap.release()
             raise SourceError(f"{self.path}: no frame could be decoded (damaged or unsupported video)")
-        self._cap = cap
-        self._first = frame
-        self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
-        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
-        self.fps = fps if fps > 0 else None
-        self._frame_count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
-        self._opened = True
-        log.info("opened video %s: %dx%d at %s fps, %d frames", self.path, self.width, self.height,
-                 self.fps, self._frame_count)
+        return cap, frame
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
-        if self._cap is None:
+        if self._cap is None or self._calls is None:
             return None
         if self._first is not None:
             first, self._first = self._first, None
             self._consumed += 1
             return _into(out, first)
+        status, frame = self._calls.call(self._read_blocking, out, self.timeout)
+        if status == "ok":
+            if frame is None and self.end_reason is None:
+                self.end_reason = "end of input"
+            return frame  # type: ignore[no-any-return]
+        if status == "timeout":
+            self.stalls += 1
+            self.end_reason = f"stalled: no frame for {self.timeout:g} s"
+            log.warning("%s: no frame for %g s: the source has stalled, ending it", self.path, self.timeout)
+        else:
+            self.end_reason = "stopped"
+        self._abandon()
+        return None
+
+    def _read_blocking(self, out: np.ndarray | None) -> np.ndarray | None:
         cv2 = _cv2()
         bad = 0
         while True:
@@ -316,9 +444,29 @@ class VideoFileSource(FrameSource):
         self.end_reason = reason
         self.ended_early = early
         self._bad_frame.summary(f"{self.path}: frames that could not be decoded")
+    def _abandon(self) -> None:
+        """After a stall or a stop: no more reads. A reader stuck inside OpenCV keeps its capture (releasing
+        it under a running read would crash); it is a daemon thread and goes with the process."""
+        calls, self._calls = self._calls, None
+        if calls is None:
+            return
+        calls.stop()
+        calls.close()
+        if calls.busy:
+            log.debug("%s: a read is still blocked; its capture is left to the process exit", self.path)
+            self._cap = None
+        elif self._cap is not None:
+            self._cap.release()
+            self._cap = None
+
+    def stop(self) -> None:
+        calls = self._calls
+        if calls is not None:
+            calls.stop()
 
     def close(self) -> None:
         self._bad_frame.summary(f"{self.path}: frames that could not be decoded")
+        self._abandon()
         if self._cap is not None:
             self._cap.release()
             self._cap = None
@@ -393,27 +541,29 @@ class LiveSource(FrameSource):
 
     ``opener`` returns an object with OpenCV's ``VideoCapture`` methods (``isOpened``, ``read``,
     ``get``, ``release``). It is called again to reconnect after a failure, waiting ``backoff`` seconds,
-    doubled after each failed attempt up to ``max_backoff``.
+    doubled after each failed attempt up to ``max_backoff``. No new frame for ``timeout`` seconds is a
+    stall: counted, and the stream is reconnected by a fresh grabber (the stuck one is left to finish
+    its call, then it exits without touching anything).
     """
 
     live = True
     kind = "live"
 
     def __init__(self, uri: str, opener: Callable[[], Any], backoff: float = 0.5, max_backoff: float = 10.0,
-                 first_frame_timeout: float = 15.0, kind: str = "live") -> None:
+                 first_frame_timeout: float = 15.0, kind: str = "live", timeout: float | None = None) -> None:
         super().__init__(uri)
         self.kind = kind
         self._opener = opener
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._first_timeout = first_frame_timeout
-        self._cap: Any = None
+        self.timeout = timeout if timeout is not None else LIVE_TIMEOUT_S
         self._cond = threading.Condition()
         self._latest: np.ndarray | None = None
-        self._spare: np.ndarray | None = None  # the grabber's buffer for the next frame
         self._fresh = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._generation = 0  # a grabber publishes only while it is the current one
         self.frames_grabbed = 0
 
     def _connect(self) -> Any:
@@ -429,75 +579,102 @@ class LiveSource(FrameSource):
 
     def open(self) -> None:
         cv2 = _cv2()
-        self._cap = self._connect()
-        ok, frame = self._cap.read()
+        cap = self._connect()
+        ok, frame = cap.read()
         deadline = time.monotonic() + self._first_timeout
         while (not ok or frame is None) and time.monotonic() < deadline:
             time.sleep(0.05)
-            ok, frame = self._cap.read()
+            ok, frame = cap.read()
         if not ok or frame is None:
-            self._cap.release()
-            self._cap = None
+            cap.release()
             raise SourceError(f"{self.uri}: opened but delivered no frame within {self._first_timeout:g} s")
         self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
-        fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = fps if 0 < fps < 1000 else None
         self._latest = frame
-        self._spare = np.empty_like(frame)
         self._fresh = True
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._grab_loop, name=f"edgert-grab:{self.uri}", daemon=True)
-        self._thread.start()
+        self._start_grabber(cap, np.empty_like(frame))
         self._opened = True
         log.info("opened %s: %dx%d at %s fps", self.uri, self.width, self.height, self.fps)
 
-    def _grab_loop(self) -> None:
+    def _start_grabber(self, cap: Any, spare: np.ndarray | None) -> None:
+        with self._cond:
+            self._generation += 1
+            generation = self._generation
+        self._thread = threading.Thread(target=self._grab_loop, args=(generation, cap, spare),
+                                        name=f"edgert-grab:{self.uri}", daemon=True)
+        self._thread.start()
+
+    def _current(self, generation: int) -> bool:
+        return generation == self._generation and not self._stopping.is_set()
+
+    def _grab_loop(self, generation: int, cap: Any, spare: np.ndarray | None) -> None:
+        # Everything this grabber reads into is its own (cap, spare) until published under the lock, so a
+        # grabber abandoned after a stall can finish its stuck call without disturbing its successor.
         attempt = 0
-        while not self._stopping.is_set():
-            if self._cap is None:
-                delay = min(self._max_backoff, self._backoff * (2 ** attempt))
-                attempt += 1
-                log.warning("%s: reconnecting in %.1f s (attempt %d)", self.uri, delay, attempt)
-                if self._stopping.wait(delay):
-                    break
+        try:
+            while self._current(generation):
+                if cap is None:
+                    delay = min(self._max_backoff, self._backoff * (2 ** attempt))
+                    attempt += 1
+                    log.warning("%s: reconnecting in %.1f s (attempt %d)", self.uri, delay, attempt)
+                    if self._stopping.wait(delay) or not self._current(generation):
+                        break
+                    try:
+                        cap = self._connect()
+                    except SourceError as exc:
+                        log.warning("%s", exc)
+                        continue
+                    if not self._current(generation):
+                        break
+                    self.reconnects += 1
+                    log.warning("%s: reconnected", self.uri)
+                    attempt = 0
                 try:
-                    self._cap = self._connect()
-                except SourceError as exc:
-                    log.warning("%s", exc)
+                    ok, frame = cap.read(spare) if spare is not None else cap.read()
+                except Exception as exc:  # a driver error mid-stream: treat like a lost stream
+                    log.warning("%s: read failed: %s", self.uri, str(exc).strip().splitlines()[-1])
+                    ok, frame = False, None
+                if not ok or frame is None:
+                    if self._current(generation):
+                        log.warning("%s: stream stopped delivering frames", self.uri)
+                    cap.release()
+                    cap = None
                     continue
-                self.reconnects += 1
-                log.warning("%s: reconnected", self.uri)
-                attempt = 0
-            try:
-                ok, frame = self._cap.read(self._spare)
-            except Exception as exc:  # a driver error mid-stream: treat like a lost stream
-                log.warning("%s: read failed: %s", self.uri, str(exc).strip().splitlines()[-1])
-                ok, frame = False, None
-            if not ok or frame is None:
-                log.warning("%s: stream stopped delivering frames", self.uri)
-                self._cap.release()
-                self._cap = None
-                continue
-            with self._cond:
-                if self._fresh:
-                    self.dropped += 1  # the pipeline never took the previous frame: it is stale now
-                # Swap buffers: the grabber writes the next frame into the one just released.
-                self._spare = self._latest if self._latest is not None and self._latest.shape == frame.shape else None
-                self._latest = frame
-                self._fresh = True
-                self.frames_grabbed += 1
-                self._cond.notify_all()
-        if self._cap is not None:
-            self._cap.release()
-            self._cap = None
+                with self._cond:
+                    if generation != self._generation:
+                        break  # abandoned while reading: the frame is not ours to publish
+                    if self._fresh:
+                        self.dropped += 1  # the pipeline never took the previous frame: it is stale now
+                    # Swap buffers: the grabber writes the next frame into the one just released.
+                    latest = self._latest
+                    spare = latest if latest is not None and latest.shape == frame.shape else None
+                    self._latest = frame
+                    self._fresh = True
+                    self.frames_grabbed += 1
+                    self._cond.notify_all()
+        finally:
+            if cap is not None:
+                cap.release()
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
         with self._cond:
+            deadline = time.monotonic() + self.timeout
             while not self._fresh:
                 if self._stopping.is_set() or self._thread is None:
+                    self.end_reason = "stopped"
                     return None
-                self._cond.wait(0.1)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.stalls += 1
+                    log.warning("%s: no frame for %g s: the stream has stalled, reconnecting", self.uri, self.timeout)
+                    self._start_grabber(None, None)  # the stuck one is abandoned, not joined (an RLock: re-entered)
+                    deadline = time.monotonic() + self.timeout
+                    continue
+                self._cond.wait(min(remaining, 1.0))
             if self._stopping.is_set():
+                self.end_reason = "stopped"
                 return None
             frame = self._latest
             self._fresh = False
@@ -517,11 +694,8 @@ class LiveSource(FrameSource):
     def close(self) -> None:
         self.stop()
         if self._thread is not None:
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=5.0)  # a grabber stuck in a driver call is a daemon: left to exit
             self._thread = None
-        if self._cap is not None:
-            self._cap.release()
-            self._cap = None
         self._opened = False
 
 
@@ -595,24 +769,25 @@ def open_source(source: SourceConfig | str) -> FrameSource:
             raise SourceError(f"{uri}: expected csi://N with N the sensor id")
         _need_gstreamer(uri)
         pipeline = csi_pipeline(int(sensor), width, height, fps, config.sensor_mode, config.flip)
-        return LiveSource(uri, _gst_opener(pipeline), kind="csi")
+        return LiveSource(uri, _gst_opener(pipeline), kind="csi", timeout=config.timeout_s)
     if uri.startswith("gst://"):
         pipeline = uri[len("gst://"):].strip()
         last = pipeline.rsplit("!", 1)[-1].strip()
         if not last.startswith("appsink"):
             raise SourceError(f"{uri}: a gst:// pipeline must end in appsink (e.g. '... ! videoconvert ! appsink')")
         _need_gstreamer(uri)
-        return LiveSource(uri, _gst_opener(pipeline), kind="gstreamer")
+        return LiveSource(uri, _gst_opener(pipeline), kind="gstreamer", timeout=config.timeout_s)
     if uri.startswith(("rtsp://", "rtsps://")):
         if gstreamer_available():
             from edgert.platform import jetson_info
 
             codec = "h265" if (config.fourcc or "").upper() in ("H265", "HEVC") else "h264"
             jetson = bool(jetson_info().get("is_jetson"))
-            return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp")
-        return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp")
+            return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp",
+                              timeout=config.timeout_s)
+        return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp", timeout=config.timeout_s)
     if uri.startswith(("http://", "https://")):
-        return LiveSource(uri, _ffmpeg_opener(uri), kind="stream")
+        return LiveSource(uri, _ffmpeg_opener(uri), kind="stream", timeout=config.timeout_s)
     if uri.startswith("v4l2://"):
         device = uri[len("v4l2://"):]
         return _camera(uri, device, config)
@@ -637,10 +812,10 @@ def open_source(source: SourceConfig | str) -> FrameSource:
         if not path.exists():
             raise SourceError(f"{path}: image file not found")
         return ImageFilesSource(uri, [path], config.loop)
-    return VideoFileSource(uri, path, config.loop)
+    return VideoFileSource(uri, path, config.loop, timeout=config.timeout_s)
 
 
 def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:
     if not Path(device).exists():
         raise SourceError(f"{device}: no such camera device. Note: `edgert info` lists the cameras it sees")
-    return LiveSource(uri, _v4l2_opener(device, config), kind="v4l2")
+    return LiveSource(uri, _v4l2_opener(device, config), kind="v4l2", timeout=config.timeout_s)

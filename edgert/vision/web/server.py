@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from edgert._lazy import lazy_import
 from edgert._package_data import read_bytes
 from edgert.errors import SinkError
+from edgert.http_limits import BoundedHTTPServer
 from edgert.pipeline.stats import PipelineStats
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 
@@ -92,13 +93,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             sink.client_left()
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+#: Viewers at once (each stream holds a thread); more get a 503. A viewer that stops reading is dropped
+#: after the idle timeout, so slow or silent clients cannot pile up threads.
+MAX_CLIENTS = 32
+
+
+class _Server(BoundedHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], sink: WebPreviewSink) -> None:
         self.sink = sink
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
 
 
 class WebPreviewSink(Sink):
@@ -141,16 +146,23 @@ class WebPreviewSink(Sink):
         return f"http://{host}:{self.port}/"
 
     # -- sink ---------------------------------------------------------------------------------------
-    def open(self, info: StreamInfo) -> None:
+    def prepare(self) -> None:
+        """Bind the port now (before any other sink truncates its file); ``url`` is real from here on."""
+        if self._server is not None:
+            return
         lazy_import("cv2", "the web preview (JPEG encoding)")
-        self._info = info
-        self._stats = info.stats
-        self.title = info.title or self.title
         try:
             self._server = _Server((self.host, self.port), self)
         except OSError as exc:
             raise SinkError(f"{self.uri}: cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self.port = int(self._server.server_address[1])
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        assert self._server is not None
+        self._info = info
+        self._stats = info.stats
+        self.title = info.title or self.title
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("web preview listens on %s:%d: reachable from the network", self.host, self.port)
         self.running = True
@@ -178,7 +190,8 @@ class WebPreviewSink(Sink):
         with self._cond:
             self._cond.notify_all()
         if self._server is not None:
-            self._server.shutdown()
+            if self._thread is not None:  # serving: stop the loop (shutdown() waits for one that never ran)
+                self._server.shutdown()
             self._server.server_close()
             self._server = None
         if self._thread is not None:
