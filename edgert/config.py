@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Literal, Optional, Tuple, TypeVar, Union
 
 import yaml
 
@@ -650,6 +650,9 @@ def _annotation(node: ast.expr, namespace: Mapping[str, Any]) -> Any:
             return Tuple.__getitem__(tuple(_annotation(i, namespace) for i in items))
         if head == "Optional":
             return Optional[_annotation(items[0], namespace)]
+        if head == "dict" and len(items) == 2:
+            key, value = _annotation(items[0], namespace), _annotation(items[1], namespace)
+            return Dict[key, value]  # type: ignore[valid-type]
     raise TypeError(ast.dump(node))
 
 

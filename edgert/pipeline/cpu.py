@@ -86,7 +86,7 @@ class CpuProcessor(Processor):
 
     def __init__(self, config: PipelineConfig, backend: str, detector: Any = None, batch: int = 1) -> None:
         super().__init__()
-        from edgert.vision.detector import Detector
+        from edgert.vision.detector import Detector, fill_other_inputs
 
         wanted = slots_wanted(config, "cpu")
         self._owns_detector = detector is None
@@ -116,6 +116,7 @@ class CpuProcessor(Processor):
                 except BackendError as exc:
                     log.info("one slot only: %s", exc)
                     break
+                fill_other_inputs(fork, self.input_name, detector.config.model.inputs, str(config.model.path))
                 preprocessor = Preprocessor(detector.config.preprocess, detector.preprocessor.spec, fork.metadata)
                 decoder = make_decoder(detector.config.decode, detector.output_specs, fork.metadata)
                 self.slots.append(CpuSlot(fork, preprocessor, decoder, self.input_name, owned=True, batch=self.batch))

@@ -697,7 +697,7 @@ class CallbackSink(Sink):
         if result.image is not None and result.detections.image is None:
             d = result.detections
             result = FrameResult(result.index, result.timestamp,
-                                 Detections(d.xyxy, d.confidence, d.class_id, d.names, result.image),
+                                 Detections(d.xyxy, d.confidence, d.class_id, d.names, d.track_id, result.image),
                                  result.image, result.file)
         self.fn(result)
 

@@ -143,7 +143,7 @@ def test_failing_callback_stops_that_sink_only() -> None:
     for i in range(3):
         worker.offer(FrameResult(i, 0.0, _det()))
     worker.close()
-    assert calls == [0] and isinstance(worker.error, RuntimeError)
+    assert calls == [0] and isinstance(worker.error, SinkError) and "application bug" in str(worker.error)
 
 
 # -- the quick Python path on the real model ------------------------------------------------------
