@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 cmd="${1:-run}"
 # What tests import beyond the device image's packages (KINDS.md lists those): the val extra, the speech
 # extra and librosa (the test-only reference for the speech features), with their own missing dependencies.
-WHEELS=(pycocotools soundfile soxr cffi pycparser librosa audioread pooch decorator platformdirs)
+WHEELS=(pycocotools soundfile soxr cffi pycparser librosa audioread pooch decorator platformdirs paho-mqtt)
 if [ "$cmd" = pack ]; then
   exclude="$(git rev-parse --git-path info/exclude)"
   grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.config import ModelConfig, PipelineConfig, PowerConfig, RuntimeConfig, SourceConfig
 from edgert.errors import ReportError
 from edgert.pipeline import Pipeline
 from edgert.report.html import attach_report
@@ -30,8 +30,9 @@ def _embedded(text: str) -> dict[str, Any]:
 def test_on_stop_writes_the_page_for_the_run(tmp_path: Path) -> None:
     video = make_video(tmp_path / "v.avi", frames=30, size=(96, 64))
     model = tiny_detector(tmp_path / "tiny.onnx")
+    # No meter (even on a machine that has one, like the GPU device): the page then draws no watts chart.
     config = PipelineConfig(model=ModelConfig(path=str(model)), source=SourceConfig(uri=str(video)),
-                            runtime=RuntimeConfig(max_frames=25))
+                            runtime=RuntimeConfig(max_frames=25), power=PowerConfig(meter="null"))
     path = tmp_path / "run.html"
     path.write_text("an older report")
     observers: list[object] = []
