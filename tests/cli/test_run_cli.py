@@ -260,3 +260,30 @@ def test_metrics_flag_serves_prometheus_while_running(media: dict[str, Path]) ->
             proc.wait()
     assert "\nedgert_ready 1" in text and "\nedgert_frames_total" in text, text
     assert proc.returncode == 0 and json.loads(out)["frames"] > 0, err
+
+
+def test_a_second_signal_stops_within_a_second_even_with_a_long_queue(assets: Path, tmp_path: Path) -> None:
+    """64 frames in flight on a real detector take seconds to drain; a second SIGTERM must not wait for them."""
+    events = tmp_path / "e.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.cli.main", "run", "--model",
+         str(assets / "models" / "detection" / "nanodet-m-416-coco-v8layout.onnx"), "--source",
+         str(assets / "video" / "vtest.avi"), "--loop", "--queue-size", "64", "--sink", f"jsonl://{events}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 1000):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.7)  # a copy within 0.5 s counts as the same signal
+        second = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        stopped_after = time.monotonic() - second
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert stopped_after < 2.5, stopped_after  # a second on a quiet machine; slack for a loaded CI box
+    text = events.read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
