@@ -26,6 +26,7 @@ of each. Then:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -248,6 +249,8 @@ def main() -> int:
     p.add_argument("--slots", type=int, default=None, help="runtime.slots for the pipeline (default: edgert's)")
     p.add_argument("--sink", action="append", default=[], help="sinks for the pipeline runs (default: none)")
     p.add_argument("--warm", type=int, default=50, help="frames before the allocation measurement starts")
+    p.add_argument("--track", action="store_true",
+                   help="the pipeline tracks (ByteTrack) and counts on a line across the middle (issue 14's ratio)")
     p.add_argument("--rss", action="store_true", help="also measure peak RSS over --rss-frames looped frames")
     p.add_argument("--rss-frames", type=int, default=8000)
     p.add_argument("--ort-spinning", action="store_true",
@@ -265,6 +268,14 @@ def main() -> int:
                                "repeats": args.repeats, "sinks": args.sink, "machine": machine_info()}
     config = PipelineConfig(model=ModelConfig(path=args.model), source=SourceConfig(uri=args.video),
                             runtime=RuntimeConfig(max_frames=args.frames, slots=args.slots))
+    if args.track:
+        from edgert.config import AnalyticsConfig, LineConfig, TrackConfig
+
+        with open_source(args.video) as src:
+            w, h = src.width, src.height
+        line = LineConfig(name="middle", points=((0.0, h / 2), (float(w), h / 2)))
+        config = dataclasses.replace(config, track=TrackConfig(), analytics=AnalyticsConfig(lines=(line,)))
+        results["track"] = True
     with Detector(args.model, PipelineConfig(model=ModelConfig(path=args.model, backend="onnxruntime"))) as det:
         x = preprocessed_frames(det, args.video, 1)[0]
     bare, piped, ratios, bare_cpu, pipe_cpu = [], [], [], [], []
