@@ -67,7 +67,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cuda-graph", action="store_true", default=None,
                    help="GPU processing: replay the model as a CUDA graph (ORT enable_cuda_graph)")
     g.add_argument("--batch", type=int, metavar="N",
-                   help="frames per engine call across sources (runtime.batch; default: the number of sources)")
+                   help="frames per engine call across sources (runtime.batch; default: one per source on the GPU, "
+                        "1 on the CPU)")
     g.add_argument("--batch-timeout-ms", type=float, metavar="MS",
                    help="how long a batch waits for slower sources (runtime.batch_timeout_ms, default 10)")
     g.add_argument("--preload", action="store_true",

@@ -252,8 +252,8 @@ class Pipeline:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
             if self._processor is None:
-                batch = self.config.runtime.batch or len(self._feeds)
-                self._processor = open_processor(self.config, detector=self._detector, batch=batch)
+                self._processor = open_processor(self.config, detector=self._detector, batch=None,
+                                                 sources=len(self._feeds))
             processor = self._processor
             try:
                 self._names = tuple(processor.names)

@@ -83,7 +83,7 @@ def test_batching_across_sources_gives_each_source_its_own_detections(media: dic
 
     sink = Collect()
     config = PipelineConfig(model=ModelConfig(path=model), sources=tuple(SourceConfig(uri=str(v)) for v in videos),
-                            runtime=RuntimeConfig(slots=2))
+                            runtime=RuntimeConfig(slots=2, batch=4))
     pipeline = Pipeline(config, sinks=[sink], handle_signals=False)
     summary = pipeline.run()
     assert summary["batch"] == 4 and summary["processor"]["batch"] == 4
@@ -188,3 +188,12 @@ def test_a_source_that_vanishes_does_not_stop_the_others(media: dict[str, object
     assert per["0"]["frames"] == COUNTS[2] and per["0"]["ended"] == "end of input"
     assert per["1"]["frames"] == 5 and per["1"]["ended"] == "error" and "device removed" in per["1"]["error"]
     assert len(_lines(events)) == COUNTS[2] + 5
+
+
+def test_the_cpu_processor_runs_sources_in_rotation_by_default(media: dict[str, object]) -> None:
+    videos = media["videos"]
+    assert isinstance(videos, list)
+    config = PipelineConfig(model=ModelConfig(path=str(media["batched"])),
+                            sources=tuple(SourceConfig(uri=str(v)) for v in videos[:3]))
+    summary = Pipeline(config, handle_signals=False).run()
+    assert summary["processing"] == "cpu" and summary["batch"] == 1 and summary["frames"] == sum(COUNTS[:3])
