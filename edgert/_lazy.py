@@ -19,6 +19,7 @@ INSTALL_HINTS: dict[str, str] = {
     "soundfile": "pip install 'edgert[speech]'",
     "sounddevice": "pip install sounddevice",
     "psutil": "pip install psutil",
+    "onnxconverter_common": "pip install 'edgert[fp16]'",
 }
 
 

@@ -20,7 +20,7 @@ from edgert.service.journal import JournalFormatter, stderr_is_journal
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
 # dependencies inside its run function, so --help works whatever is installed.
 SUBCOMMANDS: tuple[str, ...] = (
-    "info", "inspect", "config", "build", "calibrate", "compare", "bench", "run", "demo", "service", "power",
+    "info", "inspect", "config", "build", "convert", "calibrate", "compare", "bench", "run", "demo", "service", "power",
 )
 
 
