@@ -31,7 +31,7 @@ from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, write_qdq
 from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
-from edgert.calib.trt_cache import DEFAULT_TRT_VERSION, write_cache
+from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
 from edgert.types import TensorSpec
@@ -50,7 +50,7 @@ class CalibrationOptions:
     percentile: float = 99.999
     seed: int = 0
     ops: tuple[str, ...] = DEFAULT_OPS
-    trt_version: str = DEFAULT_TRT_VERSION
+    trt_version: str | None = None  # cache header; None: the installed TensorRT's (no cache without one)
     cache_algorithm: str = "EntropyCalibration2"
     max_drop: float | None = None  # mixed precision until mAP >= 1 - max_drop (None: no sensitivity pass)
     max_float: float = 0.5  # at most this fraction of the quantized layers goes back to float
@@ -95,13 +95,14 @@ def _input_spec(model: onnx.ModelProto) -> TensorSpec:
     return TensorSpec(vi.name, tuple(dims), np.dtype(np.float32))
 
 
-def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str) -> str:
+def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str,
+         cache_version: str | None = None) -> str:
     from edgert import __version__
 
     h = hashlib.sha256(model_bytes)
     fields = {
         "preprocess": dataclasses.asdict(config.preprocess), "method": opts.method, "percentile": opts.percentile,
-        "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [opts.trt_version, opts.cache_algorithm],
+        "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [cache_version, opts.cache_algorithm],
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
@@ -110,8 +111,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
     return h.hexdigest()[:24]
 
 
-def _fresh(paths: dict[str, Path], key: str) -> dict[str, Any] | None:
-    if not all(p.exists() for p in paths.values()):
+def _fresh(paths: dict[str, Path], key: str, with_cache: bool) -> dict[str, Any] | None:
+    if not all(p.exists() for k, p in paths.items() if k != "cache" or with_cache):
         return None
     try:
         report: dict[str, Any] = json.loads(paths["report"].read_text(encoding="utf-8"))
@@ -131,9 +132,10 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     paths = output_paths(out)
     fp32, model_bytes = _load(model)
     dataset = CalibrationImages(images, num=opts.num, seed=opts.seed)
-    key = _key(model_bytes, config, opts, dataset.fingerprint())
+    cache_version, cache_why = cache_trt_version(opts.trt_version)
+    key = _key(model_bytes, config, opts, dataset.fingerprint(), cache_version)
     if not opts.force:
-        previous = _fresh(paths, key)
+        previous = _fresh(paths, key, cache_version is not None)
         if previous is not None:
             log.info("%s is up to date (same model, images, preprocessing and method)", paths["onnx"])
             previous["up_to_date"] = True
@@ -160,6 +162,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
 
     histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
     collector.close()
+    write_kwargs: dict[str, Any] = {}
     t_collect = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -172,7 +175,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     amax = {n: r.amax for n, r in ranges.items()}
 
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
-    qdq = write_qdq(prepared, plan, amax, metadata=meta)
+    qdq = write_qdq(prepared, plan, amax, metadata=meta, **write_kwargs)
     _save(qdq, paths["onnx"])
     cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
 
@@ -190,10 +193,11 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         value = (accuracy.get("map") or {}).get("map50_95")
         if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
             t0 = time.perf_counter()
-            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress)
+            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress,
+                                write_kwargs)
             float_layers = sens.float_layers
             sensitivity = sens.to_dict()
-            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta)
+            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta, **write_kwargs)
             _save(qdq, paths["onnx"])
             accuracy = _accuracy(model, paths["onnx"], frames, config)
             accuracy["frames_from"] = frames_from
@@ -205,7 +209,16 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         # back to non-int8 implementation for any layer consuming or producing given tensor").
         produced = {t for n in prepared.graph.node if n.name in kept_float for t in n.output}
         cache_tensors = [t for t in cache_tensors if t not in produced]
-    write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, opts.trt_version, opts.cache_algorithm)
+    if cache_version is not None:
+        write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, cache_version, opts.cache_algorithm)
+    else:
+        log.info("no TensorRT calibration cache: %s", cache_why)
+        try:
+            paths["cache"].unlink()  # one from an earlier run would be stale
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise CalibrationError(f"{paths['cache']}: cannot remove the stale calibration cache: {exc}") from exc
 
     quantized = list(plan.quantized_tensors)
     if float_layers:
@@ -226,11 +239,12 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         },
         "float_layers": {**plan.skipped, **dict.fromkeys(float_layers, "sensitivity")},
         "accuracy": accuracy, "sensitivity": sensitivity,
-        "trt_cache": {"version": opts.trt_version, "algorithm": opts.cache_algorithm},
+        "trt_cache": {"version": cache_version, "algorithm": opts.cache_algorithm, "why": cache_why,
+                      "written": cache_version is not None},
         "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "check": round(t_check, 2),
                      "sensitivity": round(t_sens, 2), "total": round(time.perf_counter() - t_start, 2)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
-        "files": {k: str(v) for k, v in paths.items()},
+        "files": {k: str(v) for k, v in paths.items() if k != "cache" or cache_version is not None},
         "tensors": tensor_rows(ranges, quantized, cache_tensors, plan.tail_tensors, plan.nonfinite_tensors),
     }
     write_report(paths["report"], report)
@@ -286,12 +300,12 @@ def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarra
 
 def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
                  frames: list[np.ndarray], config: PipelineConfig, max_drop: float, max_float: float,
-                 progress: bool) -> Any:
+                 progress: bool, write_kwargs: dict[str, Any]) -> Any:
     from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
     from edgert.calib.sensitivity import find_float_layers
 
     reference = detections_on(model, frames, config)
     cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
     return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, max_float=max_float,
-                             progress=progress, log_fn=log.info)
+                             progress=progress, log_fn=log.info, write_kwargs=write_kwargs)
 

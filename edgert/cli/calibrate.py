@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-METHODS = ("entropy", "percentile", "minmax")
+METHODS = ("entropy", "percentile", "minmax", "mse")
 
 
 def register(subparsers: Any) -> None:
@@ -29,7 +29,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
     p.add_argument("--num", type=int, help="images to draw from the folder (default 32; 0: all)")
     p.add_argument("--method", choices=METHODS,
-                   help="range method: percentile (default), entropy (TensorRT's KL), minmax")
+                   help="range method: percentile (default), entropy (TensorRT's KL), minmax, "
+                        "mse (least squared error)")
     p.add_argument("--percentile", type=float, help="for --method percentile (default 99.999)")
     p.add_argument("--seed", type=int, help="seed of the image draw (default 0)")
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
@@ -41,7 +42,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 40)")
     p.add_argument("--no-check", action="store_true", help="skip the accuracy check against FP32")
     p.add_argument("--trt-version", metavar="X.Y.Z",
-                   help="TensorRT version in the cache header (default 8.6.2, JetPack 6; 10.3.0 for JetPack 6.2)")
+                   help="write OUT.calib (implicit INT8) for this TensorRT: 8.5.2 JetPack 5.1, 8.6.2 JetPack 6.0, "
+                        "10.3.0 JetPack 6.2 (default: the installed TensorRT, where it has implicit INT8)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float")
     p.add_argument("--force", action="store_true", help="recalibrate even when the outputs are up to date")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -57,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
 
     from edgert.calib.calibrate import CalibrationOptions, calibrate
     from edgert.calib.recipe import CalibrationRecipe, load_recipe
-    from edgert.calib.trt_cache import DEFAULT_TRT_VERSION
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
 
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     options = CalibrationOptions(
         num=num or None, method=_pick(args.method, recipe.method), percentile=percentile,
         seed=_pick(args.seed, recipe.seed),
-        trt_version=_pick(args.trt_version, recipe.trt_version) or DEFAULT_TRT_VERSION,
+        trt_version=_pick(args.trt_version, recipe.trt_version) or None,
         max_drop=max_drop, max_float=args.max_float, check=not args.no_check,
         check_video=_pick(args.check_video, recipe.check_video),
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
