@@ -38,7 +38,7 @@ __all__ = [
     "percentile_amax",
 ]
 
-Method = Literal["entropy", "percentile", "minmax", "mse"]
+Method = Literal["entropy", "percentile", "minmax", "mse", "mse-percentile"]
 
 #: Bins kept per tensor while collecting. 4096 int64 counts = 32 KiB per tensor.
 DEFAULT_BINS = 4096
@@ -196,6 +196,9 @@ class TensorHistogram:
             return min(entropy_amax(self.counts, self.range, self.abs_max), self.abs_max)
         if method == "mse":
             return min(mse_amax(self.counts, self.range), self.abs_max)
+        if method == "mse-percentile":
+            return min(max(mse_amax(self.counts, self.range), percentile_amax(self.counts, self.range, percentile)),
+                       self.abs_max)
         raise ValueError(f"unknown method {method!r}")  # the CLI validates choices
 
     def result(self, method: Method = "entropy", percentile: float = 99.99) -> TensorRange:

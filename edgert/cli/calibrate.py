@@ -35,12 +35,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, help="seed of the image draw (default 0)")
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
     p.add_argument("--max-drop", type=float, metavar="D",
-                   help="mixed precision: keep the most sensitive layers float until mAP vs FP32 >= 1-D")
+                   help="mixed precision: keep the most sensitive layers float until mAP vs FP32 on the check set "
+                        ">= 1-D (default 0.02)")
+    p.add_argument("--full-int8", action="store_true",
+                   help="no mixed precision: every layer that can be INT8 is (faster, less accurate)")
     p.add_argument("--max-float", type=float, default=0.5, metavar="F",
                    help="with --max-drop: at most this fraction of the layers goes back to float (default 0.5)")
     p.add_argument("--check-video", metavar="PATH", help="also check accuracy (and --max-drop) on frames of a video")
     p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 40)")
-    p.add_argument("--no-check", action="store_true", help="skip the accuracy check against FP32")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the accuracy check against FP32 (and so the mixed-precision pass)")
     p.add_argument("--trt-version", metavar="X.Y.Z",
                    help="write OUT.calib (implicit INT8) for this TensorRT: 8.5.2 JetPack 5.1, 8.6.2 JetPack 6.0, "
                         "10.3.0 JetPack 6.2 (default: the installed TensorRT, where it has implicit INT8)")
@@ -57,7 +61,7 @@ def _pick(flag: Any, recipe_value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from edgert.calib.calibrate import CalibrationOptions, calibrate
+    from edgert.calib.calibrate import DEFAULT_MAX_DROP, CalibrationOptions, calibrate
     from edgert.calib.recipe import CalibrationRecipe, load_recipe
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
@@ -68,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no image folder: give --images DIR (or images: in a --recipe)")
     num = _pick(args.num, recipe.num)
     max_drop = _pick(args.max_drop, recipe.max_drop)
+    if args.full_int8:
+        if args.max_drop is not None:
+            raise ConfigError("--full-int8 and --max-drop contradict each other: give one")
+        max_drop = None
+    elif max_drop is None:
+        max_drop = DEFAULT_MAX_DROP
     percentile = _pick(args.percentile, recipe.percentile)
     if num < 0:
         raise ConfigError(f"--num must be >= 0, got {num}")

@@ -33,7 +33,7 @@ def test_calibrate_writes_qdq_cache_and_report_and_counts_skips(tmp_path: Path, 
     out = tmp_path / "out" / "det.int8.onnx"
     # --num 0: every image, so the corrupt one is met (a draw of fewer may never decode it)
     r = run_cli("calibrate", str(model), "--images", str(messy_folder), "--num", "0", "--trt-version", "8.6.2",
-                "-o", str(out))
+                "--full-int8", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert "skipped 2 file(s): 1 unreadable image(s), 1 not an image" in r.stderr
     assert "Traceback" not in r.stderr
@@ -205,3 +205,36 @@ def test_no_tensorrt_writes_no_cache_unless_a_version_is_given(tmp_path: Path) -
     assert read_cache(tmp_path / "det.int8.calib")[0] == 8602
     assert_one_line_error(run_cli("calibrate", str(model), "--images", str(folder), "--trt-version", "11.0.0",
                                   "-o", str(out)), "no implicit INT8")
+
+
+def test_already_quantized_model_is_a_one_line_error(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 3)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    assert run_cli("calibrate", str(model), "--images", str(folder), "--full-int8", "-o", str(out)).returncode == 0
+    assert_one_line_error(run_cli("calibrate", str(out), "--images", str(folder), "-o", str(tmp_path / "again.onnx")),
+                          "already quantized")
+    assert_one_line_error(run_cli("calibrate", str(model), "--images", str(folder), "--full-int8", "--max-drop",
+                                  "0.05", "-o", str(out)), "contradict")
+
+
+def test_default_checks_on_calibration_images_mirrored_and_small_never_the_held_out_ones(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    paths = write_images(folder, 6)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "det.int8.report.json").read_text())
+    assert report["accuracy"]["frames"] == 12  # 4 calibration images x (as is, mirrored, half size)
+    assert "mirror" in report["accuracy"]["frames_from"]
+    used = {Path(p) for p in report["images"]["used_files"]}
+    assert len(used) == 4 and used < set(paths)
+    m = report["accuracy"]["map"]["map50_95"]
+    sens = report["sensitivity"]
+    if m is not None and m < 0.98:  # then the default mixed-precision pass ran and says how far it got
+        assert sens is not None and sens["steps"]
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "--full-int8", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "det.int8.report.json").read_text())["sensitivity"] is None
