@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 CHECK_FRAMES = 16  # calibration images (each also mirrored and at half size) for the check after calibrating
 #: Default mixed-precision target: layers go back to float until mAP vs FP32 on the check set >= 1 - this.
 #: Full INT8 stays below 0.95 on both asset detectors with every range method (calibration/README.md).
-DEFAULT_MAX_DROP = 0.02
+DEFAULT_MAX_DROP = 0.01
 
 
 @dataclass(frozen=True)

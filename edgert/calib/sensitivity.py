@@ -92,14 +92,17 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
     scores: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="edgert-sens-") as tmp:
         path = Path(tmp) / "probe.onnx"
-        few = list(frames[:score_frames])
+        # evenly spread over the check set, so each kind of frame in it (see calibrate._check_frames) counts
+        few_index = list(range(0, len(frames), max(1, len(frames) // max(score_frames, 1))))[:score_frames]
+        few = [frames[i] for i in few_index]
         for node in tqdm(nodes, desc="sensitivity", unit="layer", disable=not progress, leave=False):
             others = [n for n in nodes if n != node]
             onnx.save(write_qdq(model, plan, amax, exclude_nodes=others, **kw), str(path))
             dets, outs = detections_on(path, few, config)
-            loss = localization_error(ref_dets[: len(few)], dets)
+            loss = localization_error([ref_dets[i] for i in few_index], dets)
             if loss is None:
-                errs = [normalized_error(r[k], o[k]) for r, o in zip(ref_outs, outs) for k in r if k in o]
+                errs = [normalized_error(ref_outs[i][k], o[k]) for i, o in zip(few_index, outs) for k in ref_outs[i]
+                        if k in o]
                 loss = float(np.mean(errs)) if errs else 0.0
             scores[node] = loss
         ranked = sorted(nodes, key=lambda n: -scores[n])

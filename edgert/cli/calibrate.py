@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
     p.add_argument("--max-drop", type=float, metavar="D",
                    help="mixed precision: keep the most sensitive layers float until mAP vs FP32 on the check set "
-                        ">= 1-D (default 0.02)")
+                        ">= 1-D (default 0.01)")
     p.add_argument("--full-int8", action="store_true",
                    help="no mixed precision: every layer that can be INT8 is (faster, less accurate)")
     p.add_argument("--max-float", type=float, default=0.5, metavar="F",
