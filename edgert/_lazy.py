@@ -23,6 +23,7 @@ INSTALL_HINTS: dict[str, str] = {
     "trackers": "pip install 'edgert[track]' (Python 3.10 or later)",
     "supervision": "pip install 'edgert[track]' (Python 3.10 or later)",
     "paho": "pip install 'edgert[mqtt]'",
+    "onnxconverter_common": "pip install 'edgert[fp16]'",
 }
 
 

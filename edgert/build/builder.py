@@ -23,14 +23,14 @@ from edgert.build.engine_file import write_atomic
 from edgert.build.onnx_info import OnnxInfo, ShapeProfile, check_profiles, file_sha256, inspect_onnx
 from edgert.build.progress import BuildProgress
 from edgert.build.target import CPU_BUILD, TargetInfo, import_tensorrt, target_info
-from edgert.build.timing_cache import TimingCache, timing_cache_path
+from edgert.build.timing_cache import TimingCache, default_cache_dir, timing_cache_path
 from edgert.build.trt_logger import make_logger
 from edgert.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
     import tensorrt
 
-__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "build_engine", "parser_error_line"]
+__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "build_engine", "fp16_route", "parser_error_line"]
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +161,6 @@ def _check_precision(info: OnnxInfo, options: BuildOptions, strong: bool) -> Non
     """Refuse precision requests this build cannot honour, before any cached engine is touched."""
     precision = options.precision
     if strong:
-        if precision == "fp16":
-            raise BuildError(
-                f"{options.backend} builds strongly typed networks: precision comes from the ONNX. Note: export "
-                "the model in FP16, or use --precision fp32 / int8 with a Q/DQ model (edgert calibrate)")
         if precision == "int8" and not info.has_qdq:
             raise BuildError(
                 f"{options.backend} builds strongly typed networks and cannot use a calibration cache: "
@@ -265,8 +261,45 @@ def _build_plan(trt: ModuleType, info: OnnxInfo, options: BuildOptions, profiles
     return bytes(memoryview(plan))
 
 
+def fp16_route(options: BuildOptions, strong: bool) -> str | None:
+    """How an FP16 engine gets its FP16: ``"builder-flag"`` (TensorRT < 11's BuilderFlag.FP16) or
+    ``"onnx-fp16"`` (strongly typed builders: the ONNX is converted, :mod:`edgert.rewrite.fp16`)."""
+    if options.precision not in ("fp16", "best"):
+        return None
+    if not strong:
+        return "builder-flag"
+    return "onnx-fp16" if options.precision == "fp16" else None  # best on a strong builder: the ONNX's types
+
+
+def _fp16_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
+    """The FP16 ONNX a strongly typed builder builds: converted into the engine cache folder, reused while
+    the source model and the converter are the same. A model that already computes in FP16 is built as is."""
+    import onnx
+
+    from edgert.rewrite.fp16 import convert_file, converter_version, fp16_state
+
+    state = fp16_state(onnx.load(str(info.path), load_external_data=False))
+    if state == "float16":
+        log.info("%s already computes in FP16: built as it is", info.path.name)
+        return info
+    if state == "qdq":
+        raise BuildError(f"{info.path.name}: an INT8 Q/DQ model cannot be built at FP16 on a strongly typed "
+                         f"builder. Note: use --precision int8, or build the FP32 model with --precision fp16")
+    version = converter_version()
+    folder = (options.cache_dir or default_cache_dir()) / "fp16"
+    out = folder / f"{info.path.stem}.{info.sha256[:16]}.occ{version}.fp16.onnx"
+    if out.is_file():
+        log.info("reusing the FP16 conversion %s", out)
+    else:
+        summary = convert_file(info.path, out)
+        log.info("converted %s to FP16 (%s nodes FP16, %s float32): %s", info.path.name, summary["fp16_nodes"],
+                 summary["float32_nodes"], out)
+    return inspect_onnx(out)
+
+
 def _builder_flags(options: BuildOptions, strong: bool, info: OnnxInfo) -> dict[str, Any]:
     return {
+        "fp16_route": fp16_route(options, strong),
         "workspace_mib": options.workspace_mib,
         "optimization_level": options.optimization_level,
         "dla_core": options.dla_core,
@@ -281,7 +314,7 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     """Build ``onnx_path`` into ``out`` (default: beside it, ``.engine``), or reuse a matching cached engine."""
     options = options or BuildOptions()
     info = inspect_onnx(onnx_path)
-    engine = Path(out) if out is not None else info.path.with_suffix(".engine")
+    engine = Path(out) if out is not None else info.path.with_suffix(".engine")  # beside the source model
     profiles = check_profiles(info, list(options.profiles))
     if options.calib_cache is not None and not options.calib_cache.is_file():
         raise ConfigError(f"{options.calib_cache}: calibration cache not found")
@@ -292,6 +325,12 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
                          "on a CPU-only machine (to check a model); run engines where TensorRT runs")
     strong = options.strongly_typed if options.strongly_typed is not None else _needs_strong_typing(trt)
     _check_precision(info, options, strong)
+    convert = fp16_route(options, strong) == "onnx-fp16"
+    flags = _builder_flags(options, strong, info)
+    if convert:  # a new converter may convert differently: part of the key
+        from edgert.rewrite.fp16 import converter_version
+
+        flags["fp16_converter"] = f"onnxconverter-common {converter_version()}"
     want = EngineRecord(
         onnx_sha256=info.sha256,
         backend=options.backend,
@@ -299,7 +338,7 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
         precision=options.precision,
         calibration_cache_sha256=file_sha256(options.calib_cache) if options.calib_cache else None,
         profiles=[p.to_json() for p in profiles],
-        builder_flags=_builder_flags(options, strong, info),
+        builder_flags=flags,
         gpu=target.gpu,
         onnx_path=str(info.path),
     )
@@ -318,7 +357,8 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
         log.log(logging.INFO if force else logging.WARNING, "rebuilding %s: %s", engine, reason)
     log.info("building %s with %s %s (%s)", info.path.name, options.backend, target.trt_version, options.precision)
     t0 = time.perf_counter()
-    plan = _build_plan(trt, info, options, profiles, target, strong)
+    parsed = _fp16_onnx(info, options) if convert else info
+    plan = _build_plan(trt, parsed, options, profiles, target, strong)
     seconds = time.perf_counter() - t0
     write_atomic(engine, plan)
     from edgert import __version__
@@ -331,7 +371,8 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
            "built_at": now_iso(),
            "edgert_version": __version__,
            "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in info.inputs],
-           "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in info.outputs]},
+           "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in info.outputs],
+           "built_from": str(parsed.path) if parsed.path != info.path else ""},
     )
     sidecar = write_sidecar(engine, record)
     return BuildResult(engine, sidecar, "rebuilt" if existed else "built", reason, record)

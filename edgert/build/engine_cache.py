@@ -62,6 +62,7 @@ class EngineRecord:
     edgert_version: str = ""
     inputs: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    built_from: str = ""  # the ONNX TensorRT parsed when it is not onnx_path (the FP16 conversion)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

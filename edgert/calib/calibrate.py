@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import onnx
 
+from edgert._lazy import lazy_import
 from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, write_qdq
 from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
-from edgert.calib.trt_cache import DEFAULT_TRT_VERSION, write_cache
+from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
 from edgert.types import TensorSpec
@@ -41,7 +42,10 @@ __all__ = ["CalibrationOptions", "calibrate", "output_paths", "ranges_method"]
 
 log = logging.getLogger(__name__)
 
-CHECK_FRAMES = 16  # frames for the accuracy check after calibration
+CHECK_FRAMES = 16  # calibration images (each also mirrored and at half size) for the check after calibrating
+#: Default mixed-precision target: layers go back to float until mAP vs FP32 on the check set >= 1 - this.
+#: Full INT8 stays below 0.95 on both asset detectors with every range method (calibration/README.md).
+DEFAULT_MAX_DROP = 0.01
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,16 @@ class CalibrationOptions:
     percentile: float = 99.999
     seed: int = 0
     ops: tuple[str, ...] = DEFAULT_OPS
-    trt_version: str = DEFAULT_TRT_VERSION
+    trt_version: str | None = None  # cache header; None: the installed TensorRT's (no cache without one)
     cache_algorithm: str = "EntropyCalibration2"
-    max_drop: float | None = None  # mixed precision until mAP >= 1 - max_drop (None: no sensitivity pass)
+    max_drop: float | None = DEFAULT_MAX_DROP  # mixed precision until mAP >= 1 - max_drop (None: full INT8)
     max_float: float = 0.5  # at most this fraction of the quantized layers goes back to float
     check: bool = True  # measure accuracy against FP32 after calibrating
     check_frames: int = CHECK_FRAMES
     check_video: str | None = None  # also check (and run the sensitivity pass) on frames of this video
     check_video_frames: int = 40
+    check_held_out: bool = False  # check on the folder's unused images instead of calibration images + mirrors
+    score_frames: int = 8  # frames each layer's sensitivity is scored on
     budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
     threads: int = 0
     exclude_nodes: tuple[str, ...] = ()
@@ -97,28 +103,31 @@ def _input_spec(model: onnx.ModelProto) -> TensorSpec:
     return TensorSpec(vi.name, tuple(dims), np.dtype(np.float32))
 
 
-def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str) -> str:
+def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str,
+         cache_version: str | None = None) -> str:
     from edgert import __version__
 
     h = hashlib.sha256(model_bytes)
     fields = {
         "preprocess": dataclasses.asdict(config.preprocess), "method": opts.method, "percentile": opts.percentile,
-        "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [opts.trt_version, opts.cache_algorithm],
+        "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [cache_version, opts.cache_algorithm],
         "max_drop": [opts.max_drop, opts.max_float],
-        "check": [opts.check_frames, opts.check_video, opts.check_video_frames],
+        "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
+                  opts.score_frames],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     return h.hexdigest()[:24]
 
 
-def _fresh(paths: dict[str, Path], key: str) -> dict[str, Any] | None:
+def _fresh(paths: dict[str, Path], key: str, with_cache: bool) -> dict[str, Any] | None:
     """The previous report when every output is there, of this key, and byte for byte what was written.
 
     The report records each output's sha256 (it is written last), so a model or cache damaged or replaced
-    since (a truncated copy, an interrupted write by an older edgert) is stale, not "up to date".
+    since (a truncated copy, an interrupted write by an older edgert) is stale, not "up to date". Without a
+    cache (no TensorRT with implicit INT8 here) only the model is checked.
     """
-    if not all(p.exists() for p in paths.values()):
+    if not all(p.exists() for k, p in paths.items() if k != "cache" or with_cache):
         return None
     try:
         report: dict[str, Any] = json.loads(paths["report"].read_text(encoding="utf-8"))
@@ -129,7 +138,7 @@ def _fresh(paths: dict[str, Path], key: str) -> dict[str, Any] | None:
     recorded = report.get("sha256")
     if not isinstance(recorded, dict):
         return None  # a report from before hashes were recorded: cannot vouch for the files
-    for name in ("onnx", "cache"):
+    for name in ("onnx", "cache") if with_cache else ("onnx",):
         try:
             if recorded.get(name) != sha256_file(paths[name]):
                 log.warning("%s changed since it was written: calibrating again", paths[name])
@@ -149,10 +158,13 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     opts = options or CalibrationOptions()
     paths = output_paths(out)
     fp32, model_bytes = _load(model)
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node):
+        raise CalibrationError(f"{Path(model).name}: already quantized (it has Q/DQ nodes); calibrate the FP32 model")
     dataset = CalibrationImages(images, num=opts.num, seed=opts.seed)
-    key = _key(model_bytes, config, opts, dataset.fingerprint())
+    cache_version, cache_why = cache_trt_version(opts.trt_version)
+    key = _key(model_bytes, config, opts, dataset.fingerprint(), cache_version)
     if not opts.force:
-        previous = _fresh(paths, key)
+        previous = _fresh(paths, key, cache_version is not None)
         if previous is not None:
             log.info("%s is up to date (same model, images, preprocessing and method)", paths["onnx"])
             previous["up_to_date"] = True
@@ -179,6 +191,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
 
     histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
     collector.close()
+    write_kwargs: dict[str, Any] = {}
     t_collect = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -191,7 +204,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     amax = {n: r.amax for n, r in ranges.items()}
 
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
-    qdq = write_qdq(prepared, plan, amax, metadata=meta)
+    qdq = write_qdq(prepared, plan, amax, metadata=meta, **write_kwargs)
     _save(qdq, paths["onnx"])
     cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
 
@@ -199,20 +212,21 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     sensitivity: dict[str, Any] | None = None
     t_check = t_sens = 0.0
     float_layers: list[str] = []
-    if opts.check or opts.max_drop is not None:
+    if opts.check:
         t0 = time.perf_counter()
         frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
-                                            opts.check_video_frames)
+                                            opts.check_video_frames, opts.check_held_out)
         accuracy = _accuracy(model, paths["onnx"], frames, config)
         accuracy["frames_from"] = frames_from
         t_check = time.perf_counter() - t0
         value = (accuracy.get("map") or {}).get("map50_95")
         if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
             t0 = time.perf_counter()
-            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress)
+            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress,
+                                write_kwargs, opts.score_frames)
             float_layers = sens.float_layers
             sensitivity = sens.to_dict()
-            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta)
+            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta, **write_kwargs)
             _save(qdq, paths["onnx"])
             accuracy = _accuracy(model, paths["onnx"], frames, config)
             accuracy["frames_from"] = frames_from
@@ -224,7 +238,16 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         # back to non-int8 implementation for any layer consuming or producing given tensor").
         produced = {t for n in prepared.graph.node if n.name in kept_float for t in n.output}
         cache_tensors = [t for t in cache_tensors if t not in produced]
-    write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, opts.trt_version, opts.cache_algorithm)
+    if cache_version is not None:
+        write_cache(paths["cache"], {t: ranges[t].scale for t in cache_tensors}, cache_version, opts.cache_algorithm)
+    else:
+        log.info("no TensorRT calibration cache: %s", cache_why)
+        try:
+            paths["cache"].unlink()  # one from an earlier run would be stale
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise CalibrationError(f"{paths['cache']}: cannot remove the stale calibration cache: {exc}") from exc
 
     quantized = list(plan.quantized_tensors)
     if float_layers:
@@ -245,12 +268,14 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         },
         "float_layers": {**plan.skipped, **dict.fromkeys(float_layers, "sensitivity")},
         "accuracy": accuracy, "sensitivity": sensitivity,
-        "trt_cache": {"version": opts.trt_version, "algorithm": opts.cache_algorithm},
+        "trt_cache": {"version": cache_version, "algorithm": opts.cache_algorithm, "why": cache_why,
+                      "written": cache_version is not None},
         "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "check": round(t_check, 2),
                      "sensitivity": round(t_sens, 2), "total": round(time.perf_counter() - t_start, 2)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
-        "files": {k: str(v) for k, v in paths.items()},
-        "sha256": {name: sha256_file(paths[name]) for name in ("onnx", "cache")},  # checked by _fresh
+        "files": {k: str(v) for k, v in paths.items() if k != "cache" or cache_version is not None},
+        "sha256": {name: sha256_file(paths[name]) for name in ("onnx", "cache")
+                   if name != "cache" or cache_version is not None},  # checked by _fresh
         "tensors": tensor_rows(ranges, quantized, cache_tensors, plan.tail_tensors, plan.nonfinite_tensors),
     }
     write_report(paths["report"], report)
@@ -272,17 +297,29 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, video: str | None,
-                  video_count: int) -> tuple[list[np.ndarray], str]:
-    """Up to ``count`` images of the folder the calibration did not use (the calibration images if there
-    are none), plus ``video_count`` frames of ``video``."""
-    try:
-        held = CalibrationImages(images, seed=1, exclude=frozenset(dataset.used), quiet=True)
-        frames = [img for _, img in itertools.islice(held, count)]
-        where = f"{len(frames)} images not used for calibration"
-    except CalibrationError:
-        again = CalibrationImages(images, seed=dataset.seed, quiet=True)
-        frames = [img for _, img in itertools.islice(again, count)]
-        where = f"{len(frames)} calibration images (the folder has no others)"
+                  video_count: int, held_out: bool = False) -> tuple[list[np.ndarray], str]:
+    """The frames the accuracy check and the sensitivity pass judge on.
+
+    Default: up to ``count`` of the calibration images and their mirror images, so the check never
+    uses the images a user keeps apart to evaluate on (``edgert compare --skip-used``), and a layer is
+    judged on scenes it did not get its ranges from (mirrored, objects move to the other side and
+    asymmetric features change). ``held_out``: the folder's images calibration did not use instead
+    (the calibration images when there are none). Plus ``video_count`` frames of ``video``.
+    """
+    if held_out:
+        try:
+            held = CalibrationImages(images, seed=1, exclude=frozenset(dataset.used), quiet=True)
+            frames = [img for _, img in itertools.islice(held, count)]
+            where = f"{len(frames)} images not used for calibration"
+        except CalibrationError:
+            again = CalibrationImages(images, seed=dataset.seed, quiet=True)
+            frames = [img for _, img in itertools.islice(again, count)]
+            where = f"{len(frames)} calibration images (the folder has no others)"
+    else:
+        again = CalibrationImages(images, seed=dataset.seed, exclude=frozenset(dataset.skipped), quiet=True)
+        chosen = [img for _, img in itertools.islice(again, min(count, len(dataset.used)))]
+        frames = [*chosen, *(np.ascontiguousarray(img[:, ::-1]) for img in chosen), *(_small(img) for img in chosen)]
+        where = f"{len(chosen)} calibration images, their mirror images and half-size copies"
     if video:
         from edgert.calib.comparison import video_frames
 
@@ -291,6 +328,17 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
         frames += extra
         where += f" + {len(extra)} frames of {Path(video).name}"
     return frames, where
+
+
+def _small(image: np.ndarray) -> np.ndarray:
+    """``image`` mirrored at half size in the top-left corner of a grey frame of its own size: the same
+    scene with objects a quarter of the area, where localization in INT8 is hardest (a pixel is more IoU)."""
+    cv2 = lazy_import("cv2", "the calibration check set")
+    h, w = image.shape[:2]
+    out = np.full_like(image, 114)
+    half = cv2.resize(image[:, ::-1], (max(1, w // 2), max(1, h // 2)), interpolation=cv2.INTER_AREA)
+    out[: half.shape[0], : half.shape[1]] = half
+    return out
 
 
 def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarray],
@@ -307,12 +355,13 @@ def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarra
 
 def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
                  frames: list[np.ndarray], config: PipelineConfig, max_drop: float, max_float: float,
-                 progress: bool) -> Any:
+                 progress: bool, write_kwargs: dict[str, Any], score_frames: int) -> Any:
     from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
     from edgert.calib.sensitivity import find_float_layers
 
     reference = detections_on(model, frames, config)
     cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
     return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, max_float=max_float,
-                             progress=progress, log_fn=log.info)
+                             progress=progress, log_fn=log.info, write_kwargs=write_kwargs,
+                             score_frames=score_frames)
 

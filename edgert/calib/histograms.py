@@ -14,6 +14,8 @@ Range methods, all symmetric (``amax``; the INT8 scale is ``amax / 127``):
 * ``percentile``: the ``|x|`` below which ``percentile`` % of the values lie (interpolated in the bin).
 * ``entropy``: the threshold whose 127-level quantization of the clipped histogram is closest in
   Kullback-Leibler divergence to the clipped histogram itself; see :func:`entropy_amax`.
+* ``mse``: the threshold with the smallest expected squared error of the quantized tensor, clipping
+  and rounding together; see :func:`mse_amax`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ __all__ = [
     "TensorHistogram",
     "TensorRange",
     "entropy_amax",
+    "mse_amax",
+    "mse_curve",
     "percentile_amax",
 ]
 
-Method = Literal["entropy", "percentile", "minmax"]
+Method = Literal["entropy", "percentile", "minmax", "mse", "mse-percentile"]
 
 #: Bins kept per tensor while collecting. 4096 int64 counts = 32 KiB per tensor.
 DEFAULT_BINS = 4096
@@ -190,6 +194,11 @@ class TensorHistogram:
             return min(percentile_amax(self.counts, self.range, percentile), self.abs_max)
         if method == "entropy":
             return min(entropy_amax(self.counts, self.range, self.abs_max), self.abs_max)
+        if method == "mse":
+            return min(mse_amax(self.counts, self.range), self.abs_max)
+        if method == "mse-percentile":
+            return min(max(mse_amax(self.counts, self.range), percentile_amax(self.counts, self.range, percentile)),
+                       self.abs_max)
         raise ValueError(f"unknown method {method!r}")  # the CLI validates choices
 
     def result(self, method: Method = "entropy", percentile: float = 99.99) -> TensorRange:
@@ -215,6 +224,37 @@ def percentile_amax(counts: np.ndarray, upper: float, percentile: float) -> floa
     frac = (target - before) / inside if inside > 0 else 1.0
     width = upper / counts.size
     return (i + min(max(frac, 0.0), 1.0)) * width
+
+
+def mse_curve(counts: np.ndarray, upper: float, levels: int = QUANT_LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """``(thresholds, expected squared error)`` for every bin edge as the clipping threshold ``T``.
+
+    With step ``s = T / levels``, a value below ``T`` costs the uniform rounding error ``s^2 / 12``
+    (bins here are wider than ``s`` for every candidate, so values spread evenly over a step) and one
+    beyond it the clipping error ``(|x| - T)^2``, taken at its bin's centre. Values in the first bin
+    (exact zeros of a ReLU, mostly) quantize exactly and cost nothing. From cumulative sums, O(bins).
+    """
+    n = np.asarray(counts, dtype=np.float64)
+    width = upper / n.size
+    centres = (np.arange(n.size) + 0.5) * width
+    thresholds = np.arange(1, n.size + 1) * width  # T at the upper edge of bin i-1
+    inside = np.cumsum(n) - n[0]  # values in bins 1..i-1 (below T), the first bin excluded
+    # tail sums over bins >= i: count, sum of centres, sum of squared centres
+    c0 = np.concatenate((np.cumsum(n[::-1])[::-1][1:], [0.0]))
+    c1 = np.concatenate((np.cumsum((n * centres)[::-1])[::-1][1:], [0.0]))
+    c2 = np.concatenate((np.cumsum((n * centres**2)[::-1])[::-1][1:], [0.0]))
+    clip = c2 - 2 * thresholds * c1 + thresholds**2 * c0
+    rounding = inside * (thresholds / levels) ** 2 / 12.0
+    return thresholds, np.maximum(clip, 0.0) + rounding
+
+
+def mse_amax(counts: np.ndarray, upper: float, levels: int = QUANT_LEVELS) -> float:
+    """The clipping threshold of least expected squared error (:func:`mse_curve`); ``upper`` when the
+    histogram is empty."""
+    if float(np.sum(counts)) <= 0:
+        return 0.0
+    thresholds, err = mse_curve(counts, upper, levels)
+    return float(thresholds[int(np.argmin(err))])
 
 
 def _resample(counts: np.ndarray, upper: float, new_upper: float, bins: int) -> np.ndarray:

@@ -30,7 +30,7 @@ class CalibrationRecipe:
     images: str = ""
     num: int = 32
     seed: int = 0
-    method: Literal["entropy", "percentile", "minmax"] = "percentile"
+    method: Literal["entropy", "percentile", "minmax", "mse"] = "percentile"
     percentile: float = 99.999
     pipeline: str | None = None  # a pipeline config (YAML) for preprocess and decode
     preprocess: PreprocessConfig | None = None  # or the preprocess section inline

@@ -90,6 +90,9 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
     lines.append(f"time         {t.get('total')} s (statistics {t.get('collect')} s, ranges {t.get('ranges')} s, "
                  f"check {t.get('check')} s, sensitivity {t.get('sensitivity')} s)")
     lines.append(f"peak memory  {report.get('peak_rss_mb')} MiB RSS")
+    cache = report.get("trt_cache") or {}
+    if cache and not cache.get("written"):
+        lines.append(f"trt cache    none: {cache.get('why')}")
     files = report.get("files", {})
     lines.append(f"wrote        {', '.join(str(v) for v in files.values())}")
     return "\n".join(lines)

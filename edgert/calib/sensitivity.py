@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,25 +79,30 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
                       frames: Sequence[np.ndarray], config: PipelineConfig,
                       reference: tuple[list[Detections], list[dict[str, np.ndarray]]],
                       max_drop: float, score_frames: int = 4, max_float: float = 0.5,
-                      progress: bool = False, log_fn: Callable[[str], None] | None = None) -> SensitivityResult:
+                      progress: bool = False, log_fn: Callable[[str], None] | None = None,
+                      write_kwargs: Mapping[str, Any] | None = None) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` (see the module docstring)."""
     from tqdm import tqdm
 
     from edgert.calib.comparison import detections_on
 
     ref_dets, ref_outs = reference
+    kw = dict(write_kwargs or {})
     nodes = [t.node for t in plan.targets]
     scores: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="edgert-sens-") as tmp:
         path = Path(tmp) / "probe.onnx"
-        few = list(frames[:score_frames])
+        # evenly spread over the check set, so each kind of frame in it (see calibrate._check_frames) counts
+        few_index = list(range(0, len(frames), max(1, len(frames) // max(score_frames, 1))))[:score_frames]
+        few = [frames[i] for i in few_index]
         for node in tqdm(nodes, desc="sensitivity", unit="layer", disable=not progress, leave=False):
             others = [n for n in nodes if n != node]
-            onnx.save(write_qdq(model, plan, amax, exclude_nodes=others), str(path))
+            onnx.save(write_qdq(model, plan, amax, exclude_nodes=others, **kw), str(path))
             dets, outs = detections_on(path, few, config)
-            loss = localization_error(ref_dets[: len(few)], dets)
+            loss = localization_error([ref_dets[i] for i in few_index], dets)
             if loss is None:
-                errs = [normalized_error(r[k], o[k]) for r, o in zip(ref_outs, outs) for k in r if k in o]
+                errs = [normalized_error(ref_outs[i][k], o[k]) for i, o in zip(few_index, outs) for k in ref_outs[i]
+                        if k in o]
                 loss = float(np.mean(errs)) if errs else 0.0
             scores[node] = loss
         ranked = sorted(nodes, key=lambda n: -scores[n])
@@ -106,7 +111,7 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
         best = -1.0
         for step in _steps(limit):
             chosen = ranked[:step]
-            onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen), str(path))
+            onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen, **kw), str(path))
             dets, _ = detections_on(path, frames, config)
             value = detection_map(ref_dets, dets).map50_95
             result.steps.append({"float_layers": len(chosen), "map50_95": round(value, 5)})

@@ -28,7 +28,7 @@ from edgert.errors import CalibrationError
 
 __all__ = [
     "ALGORITHMS",
-    "DEFAULT_TRT_VERSION",
+    "cache_trt_version",
     "format_cache",
     "parse_cache",
     "read_cache",
@@ -38,8 +38,9 @@ __all__ = [
     "write_cache",
 ]
 
-#: JetPack 6.0/6.1's TensorRT. JetPack 5.1: 8.5.2; JetPack 6.2: 10.3.0.
-DEFAULT_TRT_VERSION = "8.6.2"
+#: The first TensorRT without implicit INT8 (no calibrators, no calibration caches: Q/DQ only).
+NO_IMPLICIT_INT8_MAJOR = 11
+JETPACK_VERSIONS = "8.5.2 for JetPack 5.1, 8.6.2 for JetPack 6.0/6.1, 10.3.0 for JetPack 6.2"
 ALGORITHMS = ("EntropyCalibration2", "EntropyCalibration", "MinMaxCalibration", "LegacyCalibration")
 _HEADER = re.compile(r"^TRT-(\d+)-(\w+)$")
 _LINE = re.compile(r"^(.+): ([0-9a-fA-F]{1,8})$")
@@ -57,6 +58,35 @@ def trt_version_number(version: str) -> int:
     return major * 1000 + minor * 100 + patch
 
 
+def cache_trt_version(requested: str | None = None) -> tuple[str | None, str]:
+    """The TensorRT version a calibration cache is written for, and why: ``(None, why)`` when none is.
+
+    ``requested`` (``--trt-version``) wins; otherwise the installed ``tensorrt`` module's version, where that
+    TensorRT still has implicit INT8 (calibrators; gone in TensorRT 11, never in TensorRT-RTX). A cache for
+    a TensorRT without implicit INT8 would never be read, so none is written.
+    """
+    if requested:
+        trt_version_number(requested)  # validates
+        if int(requested.split(".")[0]) >= NO_IMPLICIT_INT8_MAJOR:
+            raise CalibrationError(f"TensorRT {requested} has no implicit INT8 (calibration caches): it builds the "
+                                   "Q/DQ model. Note: leave out --trt-version, or name a TensorRT 8.x-10.x")
+        return requested, "--trt-version"
+    try:
+        import importlib
+
+        trt = importlib.import_module("tensorrt")
+    except ImportError:
+        return None, (f"no TensorRT here to name in the cache header; give --trt-version ({JETPACK_VERSIONS}) "
+                      "to write one for implicit INT8")
+    version = str(getattr(trt, "__version__", "") or "")
+    if not version:  # the stub-only package (tensorrt-stubs) imports as an empty namespace
+        return None, f"no TensorRT here; give --trt-version ({JETPACK_VERSIONS}) to write a calibration cache"
+    version = ".".join(version.split(".")[:3])
+    if not hasattr(trt, "IInt8EntropyCalibrator2"):
+        return None, f"TensorRT {version} has no implicit INT8 (it builds the Q/DQ model); no cache written"
+    return version, f"installed TensorRT {version}"
+
+
 def scale_to_hex(scale: float) -> str:
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"a calibration scale must be finite and > 0, got {scale}")  # an edgert bug
@@ -68,7 +98,7 @@ def scale_from_hex(text: str) -> float:
     return value
 
 
-def format_cache(scales: Mapping[str, float], trt_version: str = DEFAULT_TRT_VERSION,
+def format_cache(scales: Mapping[str, float], trt_version: str,
                  algorithm: str = "EntropyCalibration2") -> str:
     if algorithm not in ALGORITHMS:
         raise CalibrationError(f"unknown calibration algorithm {algorithm!r}. Note: valid: {', '.join(ALGORITHMS)}")
@@ -80,7 +110,7 @@ def format_cache(scales: Mapping[str, float], trt_version: str = DEFAULT_TRT_VER
     return "\n".join(lines) + "\n"
 
 
-def write_cache(path: str | Path, scales: Mapping[str, float], trt_version: str = DEFAULT_TRT_VERSION,
+def write_cache(path: str | Path, scales: Mapping[str, float], trt_version: str,
                 algorithm: str = "EntropyCalibration2") -> Path:
     p = Path(path)
     try:

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-METHODS = ("entropy", "percentile", "minmax")
+METHODS = ("entropy", "percentile", "minmax", "mse")
 
 
 def register(subparsers: Any) -> None:
@@ -29,19 +29,25 @@ def register(subparsers: Any) -> None:
     p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
     p.add_argument("--num", type=int, help="images to draw from the folder (default 32; 0: all)")
     p.add_argument("--method", choices=METHODS,
-                   help="range method: percentile (default), entropy (TensorRT's KL), minmax")
+                   help="range method: percentile (default), entropy (TensorRT's KL), minmax, "
+                        "mse (least squared error)")
     p.add_argument("--percentile", type=float, help="for --method percentile (default 99.999)")
     p.add_argument("--seed", type=int, help="seed of the image draw (default 0)")
     p.add_argument("--config", metavar="pipeline.yaml", help="pipeline config whose preprocess/decode sections apply")
     p.add_argument("--max-drop", type=float, metavar="D",
-                   help="mixed precision: keep the most sensitive layers float until mAP vs FP32 >= 1-D")
+                   help="mixed precision: keep the most sensitive layers float until mAP vs FP32 on the check set "
+                        ">= 1-D (default 0.01)")
+    p.add_argument("--full-int8", action="store_true",
+                   help="no mixed precision: every layer that can be INT8 is (faster, less accurate)")
     p.add_argument("--max-float", type=float, default=0.5, metavar="F",
                    help="with --max-drop: at most this fraction of the layers goes back to float (default 0.5)")
     p.add_argument("--check-video", metavar="PATH", help="also check accuracy (and --max-drop) on frames of a video")
     p.add_argument("--check-frames", type=int, metavar="N", help="frames of --check-video (default 40)")
-    p.add_argument("--no-check", action="store_true", help="skip the accuracy check against FP32")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the accuracy check against FP32 (and so the mixed-precision pass)")
     p.add_argument("--trt-version", metavar="X.Y.Z",
-                   help="TensorRT version in the cache header (default 8.6.2, JetPack 6; 10.3.0 for JetPack 6.2)")
+                   help="write OUT.calib (implicit INT8) for this TensorRT: 8.5.2 JetPack 5.1, 8.6.2 JetPack 6.0, "
+                        "10.3.0 JetPack 6.2 (default: the installed TensorRT, where it has implicit INT8)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float")
     p.add_argument("--force", action="store_true", help="recalibrate even when the outputs are up to date")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -55,9 +61,8 @@ def _pick(flag: Any, recipe_value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from edgert.calib.calibrate import CalibrationOptions, calibrate
+    from edgert.calib.calibrate import DEFAULT_MAX_DROP, CalibrationOptions, calibrate
     from edgert.calib.recipe import CalibrationRecipe, load_recipe
-    from edgert.calib.trt_cache import DEFAULT_TRT_VERSION
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
 
@@ -67,6 +72,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no image folder: give --images DIR (or images: in a --recipe)")
     num = _pick(args.num, recipe.num)
     max_drop = _pick(args.max_drop, recipe.max_drop)
+    if args.full_int8:
+        if args.max_drop is not None:
+            raise ConfigError("--full-int8 and --max-drop contradict each other: give one")
+        max_drop = None
+    elif max_drop is None:
+        max_drop = DEFAULT_MAX_DROP
     percentile = _pick(args.percentile, recipe.percentile)
     if num < 0:
         raise ConfigError(f"--num must be >= 0, got {num}")
@@ -81,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     options = CalibrationOptions(
         num=num or None, method=_pick(args.method, recipe.method), percentile=percentile,
         seed=_pick(args.seed, recipe.seed),
-        trt_version=_pick(args.trt_version, recipe.trt_version) or DEFAULT_TRT_VERSION,
+        trt_version=_pick(args.trt_version, recipe.trt_version) or None,
         max_drop=max_drop, max_float=args.max_float, check=not args.no_check,
         check_video=_pick(args.check_video, recipe.check_video),
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),

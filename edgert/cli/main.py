@@ -21,8 +21,8 @@ from edgert.service.journal import JournalFormatter, stderr_is_journal
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
 # dependencies inside its run function, so --help works whatever is installed.
 SUBCOMMANDS: tuple[str, ...] = (
-    "info", "inspect", "config", "build", "calibrate", "compare", "val", "rebatch", "bench", "run", "demo",
-    "service", "power",
+    "info", "inspect", "config", "build", "convert", "calibrate", "compare", "val", "rebatch", "bench", "run",
+    "demo", "service", "power",
 )
 
 

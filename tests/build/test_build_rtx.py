@@ -163,9 +163,12 @@ def test_dynamic_model_builds_with_a_profile(assets: Path, tmp_path: Path, env: 
 
 
 def test_precision_requests_a_strongly_typed_builder_cannot_honour(tmp_path: Path, env: dict[str, str]) -> None:
+    from tests.build.test_onnx_info import qdq_model
+
     model = tiny_model(tmp_path / "t.onnx")
-    assert_one_line_error(run_cli("build", str(model), "--backend", "tensorrt-rtx", "--precision", "fp16", env=env),
-                          "strongly typed", "precision comes from the ONNX")
+    qdq = qdq_model(tmp_path / "q.onnx")
+    assert_one_line_error(run_cli("build", str(qdq), "--backend", "tensorrt-rtx", "--precision", "fp16", env=env),
+                          "Q/DQ model cannot be built at FP16")
     assert_one_line_error(run_cli("build", str(model), "--backend", "tensorrt-rtx", "--precision", "int8", env=env),
                           "quantize the model to Q/DQ")
     assert not (tmp_path / "t.engine").exists()
@@ -189,3 +192,25 @@ def test_explicit_qdq_model_builds_as_int8(tmp_path: Path, env: dict[str, str]) 
     assert out.startswith("built") and ", int8," in out
     side = json.loads((tmp_path / "q.engine.json").read_text())
     assert side["builder_flags"]["explicit_quantization"] is True and side["precision"] == "int8"
+
+
+@pytest.mark.skipif(not is_importable("onnxconverter_common"), reason="pip install 'edgert[fp16]'")
+@pytest.mark.parametrize("name", DETECTORS[:2])
+def test_fp16_on_a_strongly_typed_builder_converts_the_onnx(assets: Path, tmp_path: Path, env: dict[str, str],
+                                                              name: str) -> None:
+    model = assets / "models" / "detection" / name
+    fp32, fp16 = tmp_path / "fp32.engine", tmp_path / "fp16.engine"
+    build(str(model), "-o", str(fp32), env=env)
+    out, _ = build(str(model), "-o", str(fp16), "--precision", "fp16", env=env)
+    assert out.startswith("built") and ", fp16," in out
+    side = json.loads((tmp_path / "fp16.engine.json").read_text())
+    assert side["precision"] == "fp16" and side["builder_flags"]["fp16_route"] == "onnx-fp16"
+    assert side["builder_flags"]["fp16_converter"].startswith("onnxconverter-common ")
+    assert side["onnx_sha256"] == json.loads((tmp_path / "fp32.engine.json").read_text())["onnx_sha256"]
+    converted = Path(side["built_from"])
+    assert converted.parent == tmp_path / "cache" / "fp16" and converted.is_file()
+    assert any(i.data_type == TensorProto.FLOAT16 for i in onnx.load(str(converted)).graph.initializer)
+    assert fp16.stat().st_size < 0.7 * fp32.stat().st_size
+    assert json.loads((tmp_path / "fp32.engine.json").read_text())["builder_flags"]["fp16_route"] is None
+    out, _ = build(str(model), "-o", str(fp16), "--precision", "fp16", env=env)
+    assert out.startswith("reused")

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.assets
 def nanodet_int8(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("calib") / "nanodet.int8.onnx"
     model = assets / "models/detection/nanodet-m-416-coco-v8layout.onnx"
-    report = calibrate(model, assets / "images", out, options=CalibrationOptions(num=8, check_frames=4),
-                       progress=False)
+    options = CalibrationOptions(num=8, check_frames=4, trt_version="8.6.2", max_drop=None)  # full INT8
+    report = calibrate(model, assets / "images", out, options=options, progress=False)
     return {"model": model, "out": out, "report": report}
 
 

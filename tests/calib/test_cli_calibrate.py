@@ -32,7 +32,8 @@ def test_calibrate_writes_qdq_cache_and_report_and_counts_skips(tmp_path: Path, 
     model = tiny_detector(tmp_path / "det.onnx", neg_inf_pad=True)
     out = tmp_path / "out" / "det.int8.onnx"
     # --num 0: every image, so the corrupt one is met (a draw of fewer may never decode it)
-    r = run_cli("calibrate", str(model), "--images", str(messy_folder), "--num", "0", "-o", str(out))
+    r = run_cli("calibrate", str(model), "--images", str(messy_folder), "--num", "0", "--trt-version", "8.6.2",
+                "--full-int8", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert "skipped 2 file(s): 1 unreadable image(s), 1 not an image" in r.stderr
     assert "Traceback" not in r.stderr
@@ -60,7 +61,8 @@ def test_excluded_layers_stay_float_in_the_model_and_the_cache(tmp_path: Path) -
     write_images(folder, 3)
     model = tiny_detector(tmp_path / "det.onnx")
     out = tmp_path / "det.int8.onnx"
-    r = run_cli("calibrate", str(model), "--images", str(folder), "--exclude", "conv2", "--no-check", "-o", str(out))
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--exclude", "conv2", "--no-check",
+                "--trt-version", "10.3.0", "-o", str(out))
     assert r.returncode == 0, r.stderr
     conv2 = next(n for n in onnx.load(str(out)).graph.node if n.name == "conv2")
     assert list(conv2.input) == ["r1", "w2", "b2"]
@@ -154,3 +156,85 @@ def test_shipped_recipes_load() -> None:
     for path in sorted((ROOT / "calibration").glob("*.yaml")):
         recipe = load_recipe(path)
         assert recipe.images.endswith("shared/assets/images") and recipe.num == 32
+
+
+def fake_tensorrt(root: Path, version: str, implicit_int8: bool) -> Path:
+    """A stand-in ``tensorrt`` package (the real one needs a GPU install): a version and, like TensorRT
+    8-10 but not 11, an INT8 calibrator class."""
+    pkg = root / "tensorrt"
+    pkg.mkdir(parents=True)
+    body = f"__version__ = {version!r}\n"
+    if implicit_int8:
+        body += "class IInt8EntropyCalibrator2:\n    pass\n"
+    (pkg / "__init__.py").write_text(body)
+    return root
+
+
+@pytest.mark.parametrize(("version", "implicit", "header"), [("10.3.0.30", True, 100300), ("8.5.2.2", True, 8502),
+                                                             ("11.0.0.1", False, None)])
+def test_cache_header_names_the_installed_tensorrt(tmp_path: Path, version: str, implicit: bool,
+                                                   header: int | None) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 3)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    site = fake_tensorrt(tmp_path / "site", version, implicit)
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--no-check", "-o", str(out),
+                env={"PYTHONPATH": f"{site}:{Path(__file__).resolve().parents[2]}"})
+    assert r.returncode == 0, r.stderr
+    cache = tmp_path / "det.int8.calib"
+    report = json.loads((tmp_path / "det.int8.report.json").read_text())
+    if header is None:
+        assert not cache.exists() and report["trt_cache"]["written"] is False
+        assert "no implicit INT8" in r.stdout
+    else:
+        assert read_cache(cache)[0] == header and report["trt_cache"]["version"] == version.rsplit(".", 1)[0]
+
+
+def test_no_tensorrt_writes_no_cache_unless_a_version_is_given(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 3)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--no-check", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "det.int8.calib").exists() and "--trt-version" in r.stdout
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--no-check", "--trt-version", "8.6.2",
+                "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert read_cache(tmp_path / "det.int8.calib")[0] == 8602
+    assert_one_line_error(run_cli("calibrate", str(model), "--images", str(folder), "--trt-version", "11.0.0",
+                                  "-o", str(out)), "no implicit INT8")
+
+
+def test_already_quantized_model_is_a_one_line_error(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    write_images(folder, 3)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    assert run_cli("calibrate", str(model), "--images", str(folder), "--full-int8", "-o", str(out)).returncode == 0
+    assert_one_line_error(run_cli("calibrate", str(out), "--images", str(folder), "-o", str(tmp_path / "again.onnx")),
+                          "already quantized")
+    assert_one_line_error(run_cli("calibrate", str(model), "--images", str(folder), "--full-int8", "--max-drop",
+                                  "0.05", "-o", str(out)), "contradict")
+
+
+def test_default_checks_on_calibration_images_mirrored_and_small_never_the_held_out_ones(tmp_path: Path) -> None:
+    folder = tmp_path / "imgs"
+    paths = write_images(folder, 6)
+    model = tiny_detector(tmp_path / "det.onnx")
+    out = tmp_path / "det.int8.onnx"
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "det.int8.report.json").read_text())
+    assert report["accuracy"]["frames"] == 12  # 4 calibration images x (as is, mirrored, half size)
+    assert "mirror" in report["accuracy"]["frames_from"]
+    used = {Path(p) for p in report["images"]["used_files"]}
+    assert len(used) == 4 and used < set(paths)
+    m = report["accuracy"]["map"]["map50_95"]
+    sens = report["sensitivity"]
+    if m is not None and m < 0.98:  # then the default mixed-precision pass ran and says how far it got
+        assert sens is not None and sens["steps"]
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "--full-int8", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "det.int8.report.json").read_text())["sensitivity"] is None

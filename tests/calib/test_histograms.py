@@ -105,3 +105,23 @@ def test_merge_equals_one_histogram_of_everything() -> None:
     a.merge(b)
     assert a.count == both.count and a.abs_max == both.abs_max
     assert a.amax("percentile", 99.0) == pytest.approx(both.amax("percentile", 99.0), rel=0.05)
+
+
+def test_mse_range_matches_a_brute_force_search_and_clips_a_long_tail() -> None:
+    from edgert.calib.histograms import mse_amax
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.laplace(0.0, 1.0, 200_000), [40.0, -38.0]])  # two far outliers
+    h = TensorHistogram("t")
+    h.update(x.astype(np.float32))
+    amax = h.amax("mse")
+    assert 4.0 < amax < 0.8 * h.abs_max  # the outliers are clipped, the bulk is not
+
+    def quant_mse(t: float) -> float:
+        s = t / 127
+        return float(np.mean((np.clip(np.rint(x / s), -127, 127) * s - x) ** 2))
+
+    grid = np.linspace(2.0, 40.0, 300)
+    best = grid[int(np.argmin([quant_mse(t) for t in grid]))]
+    assert quant_mse(amax) <= 1.05 * quant_mse(best)
+    assert mse_amax(np.zeros(16, np.int64), 1.0) == 0.0

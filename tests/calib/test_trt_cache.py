@@ -52,4 +52,4 @@ def test_malformed_caches_are_one_line_errors(text: str) -> None:
 
 def test_names_that_would_break_the_format_are_refused() -> None:
     with pytest.raises(CalibrationError):
-        format_cache({"a\nb": 0.1})
+        format_cache({"a\nb": 0.1}, "8.6.2")

@@ -1,0 +1,49 @@
+"""``edgert convert``: ONNX-to-ONNX precision rewrites (today FP32 to FP16).
+
+The FP16 model keeps float32 inputs and outputs, and keeps in float32 the decoding tail and the ops
+FP16 does not hold (softmax, exp, normalisations; see :mod:`edgert.rewrite.fp16`). It runs on ONNX
+Runtime (CUDA; CPU too, slowly), and is what ``edgert build --precision fp16`` builds on TensorRT-RTX and
+TensorRT 11, which take precision from the ONNX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "convert", help="convert an FP32 ONNX model to FP16 (float32 inputs/outputs, sensitive ops float32)",
+        description="Convert MODEL.onnx to FP16 ONNX. Inputs and outputs stay float32; the decoding tail "
+                    "(after the last Conv) and softmax/exp/normalisations stay float32.")
+    p.add_argument("model", help="the FP32 ONNX model")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="FP16 model to write")
+    p.add_argument("--precision", choices=("fp16",), default="fp16", help="target precision (fp16)")
+    p.add_argument("--convert-tail", action="store_true",
+                   help="convert the decoding tail too (default: it stays float32)")
+    p.add_argument("--keep-float", action="append", default=[], metavar="NODE", help="keep this node in float32")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip running both models on one random input (ONNX Runtime CPU) to compare outputs")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgert._lazy import is_importable
+    from edgert.rewrite.fp16 import convert_file, output_agreement
+
+    result = convert_file(args.model, args.output, keep_tail=not args.convert_tail, fp32_nodes=args.keep_float)
+    if not args.no_check and is_importable("onnxruntime"):
+        result["check_max_rel_error"] = output_agreement(args.model, args.output)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    why = ", ".join(f"{k}: {v}" for k, v in result["float32_why"].items()) or "none"
+    print(f"wrote {result['output']} ({result['bytes'][1] / 1e6:.1f} MB, was {result['bytes'][0] / 1e6:.1f} MB): "
+          f"{result['fp16_nodes']} nodes FP16, {result['float32_nodes']} float32 ({why}), "
+          f"{result['casts_added']} casts added [{result['converter']}]")
+    for name, err in result.get("check_max_rel_error", {}).items():
+        print(f"output {name}: max |FP16 - FP32| = {err:.2e} of its largest value (one random input, ORT CPU)")
+    return 0

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""One INT8 calibration variant of one asset detector, measured on frames the calibration never saw.
+
+Calibrates with ``edgert.calib.calibrate`` (32 images of the asset folder, seed 0, the options given as
+JSON), then compares the Q/DQ model with FP32 (``compare_detectors``, ONNX Runtime CPU) on the folder's
+images calibration did not use plus ``--frames`` frames of ``vtest.avi`` (offset 0: disjoint from the
+frames a ``--check-video`` would use, and the check set of the default pass holds no held-out image).
+Prints one JSON line: held-out mAP@0.5:0.95 (and strict), the check-set mAP, float layers, time, peak RSS.
+The figures of calibration/README.md's "methods x models" table come from it:
+
+    python scripts/eval_int8.py nanodet '{}'                          # the default
+    python scripts/eval_int8.py yolov8s '{"max_drop": null}'          # full INT8
+    python scripts/eval_int8.py nanodet '{"method": "mse", "max_drop": null}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ASSETS = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+MODELS = {
+    "nanodet": ASSETS / "models/detection/nanodet-m-416-coco-v8layout.onnx",
+    "yolov8s": ASSETS / "models/detection/yolov8s-fall-640.onnx",
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", choices=tuple(MODELS))
+    ap.add_argument("options", nargs="?", default="{}", help="CalibrationOptions fields as JSON")
+    ap.add_argument("--frames", type=int, default=50, help="frames of vtest.avi in the evaluation (default 50)")
+    ap.add_argument("--out", type=Path, help="Q/DQ model to write (default: a temporary folder)")
+    args = ap.parse_args()
+
+    from edgert.calib.calibrate import CalibrationOptions, calibrate
+    from edgert.calib.comparison import compare_detectors, evaluation_frames
+
+    options = json.loads(args.options)
+    if "ops" in options:
+        options["ops"] = tuple(options["ops"])
+    if "exclude_nodes" in options:
+        options["exclude_nodes"] = tuple(options["exclude_nodes"])
+    out = args.out or Path(tempfile.mkdtemp(prefix="edgert-int8-")) / f"{args.model}.int8.onnx"
+    src = MODELS[args.model]
+    t0 = time.perf_counter()
+    report = calibrate(src, ASSETS / "images", out, options=CalibrationOptions(force=True, **options), progress=False)
+    seconds = time.perf_counter() - t0
+    used = [Path(p) for p in report["images"]["used_files"]]
+    held = compare_detectors(src, out, evaluation_frames(ASSETS / "images", ASSETS / "video/vtest.avi", args.frames,
+                                                         used))
+    check = (report.get("accuracy") or {}).get("map") or {}
+    print(json.dumps({
+        "model": args.model, "options": options, "heldout_map50_95": held["map"]["map50_95"],
+        "heldout_strict": held["map_strict"]["map50_95"], "heldout_frames": held["frames"],
+        "check_map50_95": check.get("map50_95"), "float_layers": report["summary"]["float_layers"],
+        "quantized_layers": report["summary"]["quantized_layers"], "seconds": round(seconds, 1),
+        "peak_rss_mb": report["peak_rss_mb"], "output": str(out),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
