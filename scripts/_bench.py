@@ -27,7 +27,7 @@ def assets_dir() -> Path:
 
 def machine_info() -> dict[str, Any]:
     """edgert's own platform report (the one ``edgert info`` prints) plus the load average now."""
-    from edgert.platform import machine_report
+    from edgert.cli.info import machine_report
 
     info: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                             "loadavg": list(os.getloadavg()), "time": time.strftime("%Y-%m-%d %H:%M:%S UTC",

@@ -9,37 +9,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 from edgert._lazy import lazy_import
+from edgert.engine.identity import CPU_BUILD, GpuIdentity
 from edgert.errors import BackendUnavailable, ConfigError
 from edgert.platform import gpu_present
 
-__all__ = ["BUILD_BACKENDS", "GpuIdentity", "TargetInfo", "current_gpu", "import_tensorrt", "target_info"]
+__all__ = ["BUILD_BACKENDS", "CPU_BUILD", "GpuIdentity", "TargetInfo", "current_gpu", "import_tensorrt", "target_info"]
 
 log = logging.getLogger(__name__)
 
 #: edgert backend name -> Python module of that TensorRT flavour.
 BUILD_BACKENDS: dict[str, str] = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}
-
-CPU_BUILD = "none (CPU build)"
-
-
-@dataclass(frozen=True)
-class GpuIdentity:
-    name: str  # CPU_BUILD when no GPU is visible (TensorRT-RTX builds without one)
-    compute_capability: str | None
-    cuda_driver: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "compute_capability": self.compute_capability, "cuda_driver": self.cuda_driver}
-
-    @classmethod
-    def from_json(cls, data: Any) -> GpuIdentity:
-        if not isinstance(data, dict):
-            return cls(CPU_BUILD, None)
-        return cls(str(data.get("name") or CPU_BUILD), data.get("compute_capability"), data.get("cuda_driver"))
-
 
 @dataclass(frozen=True)
 class TargetInfo:

@@ -177,7 +177,8 @@ def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[s
     """TensorRT backends run engines: build (or reuse) one for an ONNX model. Returns (path, build summary)."""
     if backend not in ("tensorrt", "tensorrt-rtx") or model.suffix.lower() != ".onnx":
         return model, None
-    from edgert.build import BuildOptions, build_engine, parse_shapes
+    from edgert.build import parse_shapes
+    from edgert.build.builder import BuildOptions, build_engine
     from edgert.build.onnx_info import file_sha256
     from edgert.build.timing_cache import default_cache_dir
 
