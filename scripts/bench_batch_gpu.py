@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from edgert.errors import first_line
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -196,7 +198,7 @@ def main() -> int:
                 try:
                     res = measure(batched, backend, name, rest, b, args.iterations, args.rounds, energy, graph)
                 except Exception as exc:
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    first = first_line(exc, "")
                     rows.append({"batch": b, "error": f"{type(exc).__name__}: {first}",
                                  "traceback": traceback.format_exc()[-1500:]})
                     print(f"   failed: {rows[-1]['error']}", flush=True)
@@ -212,7 +214,7 @@ def main() -> int:
         try:
             r["check"] = check_rows(src, batched, backend, name, rest, max(batches))
         except Exception as exc:
-            r["check"] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"}
+            r["check"] = {"error": f"{type(exc).__name__}: {first_line(exc, '')}"}
         save()
 
     print("\n| model | variant | batch | calls/s | frames/s | x batch 1 | p50 ms | p99 ms | mJ/frame |")

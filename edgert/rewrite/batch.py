@@ -39,7 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgert._lazy import lazy_import
-from edgert.errors import ModelError
+from edgert.errors import ModelError, first_line
 
 __all__ = [
     "BATCH_DIM",
@@ -803,7 +803,7 @@ def _probe(model: onnx.ModelProto, feed: dict[str, np.ndarray], label: str) -> d
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
         values = sess.run(names, feed)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise BatchRewriteError(f"{label}: ONNX Runtime cannot run the model at batch 1 to trace its shapes: "
                                 f"{first}") from None
     vals.update({n: np.asarray(v) for n, v in zip(names, values)})

@@ -45,7 +45,7 @@ import numpy as np
 
 from edgert._lazy import lazy_import
 from edgert.config import SourceConfig
-from edgert.errors import SourceError
+from edgert.errors import SourceError, last_line
 
 __all__ = [
     "FILE_TIMEOUT_S",
@@ -570,7 +570,7 @@ class LiveSource(FrameSource):
         try:
             cap = self._opener()
         except Exception as exc:  # OpenCV raises cv2.error, a plain Exception subclass
-            raise SourceError(f"{self.uri}: cannot open: {str(exc).strip().splitlines()[-1]}") from exc
+            raise SourceError(f"{self.uri}: cannot open: {last_line(exc)}") from exc
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
@@ -634,7 +634,7 @@ class LiveSource(FrameSource):
                 try:
                     ok, frame = cap.read(spare) if spare is not None else cap.read()
                 except Exception as exc:  # a driver error mid-stream: treat like a lost stream
-                    log.warning("%s: read failed: %s", self.uri, str(exc).strip().splitlines()[-1])
+                    log.warning("%s: read failed: %s", self.uri, last_line(exc))
                     ok, frame = False, None
                 if not ok or frame is None:
                     if self._current(generation):

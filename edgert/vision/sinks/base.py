@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from edgert.errors import OutputClosed, SinkError
+from edgert.errors import OutputClosed, SinkError, last_line
 from edgert.output_lock import lock_output
 from edgert.stats import PipelineStats
 from edgert.vision.detections import Detections
@@ -292,9 +292,7 @@ class SinkWorker:
         elif isinstance(exc, BrokenPipeError):
             error = OutputClosed(f"{self.sink.uri}: the reader closed the output")
         else:
-            text = str(exc).strip()
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else (
-                text.splitlines()[-1] if text else type(exc).__name__)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else last_line(exc)
             error = SinkError(f"{self.sink.uri}: writing failed: {detail}")
         self._lost_queued += 1  # the frame being written
         self.error = error
