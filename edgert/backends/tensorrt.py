@@ -213,8 +213,13 @@ class _TensorRTFamily(Backend):
 class TensorRTBackend(_TensorRTFamily):
     name = "tensorrt"
     module = "tensorrt"
+    builds_engines = True
+    build_module = "tensorrt"
 
 
 class TensorRTRTXBackend(_TensorRTFamily):
     name = "tensorrt-rtx"
     module = "tensorrt_rtx"
+    builds_engines = True
+    build_module = "tensorrt_rtx"
+    builds_without_gpu = True

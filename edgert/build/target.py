@@ -15,12 +15,24 @@ from edgert.engine.identity import CPU_BUILD, GpuIdentity
 from edgert.errors import BackendUnavailable, ConfigError
 from edgert.platform import gpu_present
 
-__all__ = ["BUILD_BACKENDS", "CPU_BUILD", "GpuIdentity", "TargetInfo", "current_gpu", "import_tensorrt", "target_info"]
+__all__ = [
+    "CPU_BUILD",
+    "GpuIdentity",
+    "TargetInfo",
+    "build_modules",
+    "current_gpu",
+    "import_tensorrt",
+    "target_info",
+]
 
 log = logging.getLogger(__name__)
 
-#: edgert backend name -> Python module of that TensorRT flavour.
-BUILD_BACKENDS: dict[str, str] = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}
+def build_modules() -> dict[str, str]:
+    """edgert backend name -> Python module of that TensorRT flavour, for every backend that builds engines
+    (read from the backend registry: each backend says whether it builds)."""
+    from edgert.backends import backend_class, engine_builders
+
+    return {name: backend_class(name).build_module for name in engine_builders()}
 
 @dataclass(frozen=True)
 class TargetInfo:
@@ -32,9 +44,10 @@ class TargetInfo:
 
 def import_tensorrt(backend: str) -> ModuleType:
     """The TensorRT module for an edgert backend name, or BackendUnavailable naming the install."""
-    module = BUILD_BACKENDS.get(backend)
+    modules = build_modules()
+    module = modules.get(backend)
     if module is None:
-        valid = ", ".join(BUILD_BACKENDS)
+        valid = ", ".join(modules)
         raise ConfigError(f"backend {backend!r} does not build engines. Note: engine backends are {valid}")
     return lazy_import(module, f"the {backend} backend")
 
@@ -84,4 +97,4 @@ def current_gpu() -> GpuIdentity:
 
 def target_info(backend: str, trt: ModuleType | None = None) -> TargetInfo:
     trt = trt or import_tensorrt(backend)
-    return TargetInfo(backend, BUILD_BACKENDS[backend], str(getattr(trt, "__version__", "?")), current_gpu())
+    return TargetInfo(backend, build_modules()[backend], str(getattr(trt, "__version__", "?")), current_gpu())
