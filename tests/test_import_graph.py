@@ -21,8 +21,8 @@ PACKAGE = ROOT / "edgert"
 #: A module may import units on its own floor or lower ones; its own unit always.
 LAYERS: list[tuple[str, ...]] = [
     # foundation: no edgert imports beyond each other (errors at the very bottom)
-    ("errors", "_version", "_lazy", "types", "config", "coco", "atomic_file", "output_lock", "http_limits",
-     "_package_data", "stats"),
+    ("errors", "_version", "_lazy", "types", "config", "decoder_kinds", "coco", "atomic_file", "output_lock",
+     "http_limits", "_package_data", "stats"),
     # what machine this is; what build time and run time share about an engine file
     ("platform", "engine"),
     # inference sessions, power meters, ONNX rewriting

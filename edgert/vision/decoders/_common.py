@@ -8,10 +8,12 @@ from __future__ import annotations
 import ast
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from edgert.config import DecodeConfig
+from edgert.decoder_kinds import DECODERS
 from edgert.errors import ModelError
 from edgert.types import Dim, TensorSpec
 from edgert.vision.coco import COCO_NAMES
@@ -70,10 +72,50 @@ def resolve_names(config: DecodeConfig, metadata: Mapping[str, str], num_classes
     return ()
 
 
+def no_match(specs: Sequence[TensorSpec], why: str = "") -> ModelError:
+    kinds = "; ".join(f"{k} {v}" for k, v in ((k, v.outputs) for k, v in DECODERS.items()))
+    extra = f" ({why})" if why else ""
+    return ModelError(
+        f"model outputs {describe_outputs(specs)} match no detection decoder{extra}. "
+        f"Note: valid decode.kind values are {kinds}"
+    )
+
+
+def meta_flag(metadata: Mapping[str, str], key: str) -> bool:
+    """True when Ultralytics metadata says so, directly (``end2end``) or in the export ``args``."""
+    if str(metadata.get(key, "")).strip().lower() == "true":
+        return True
+    raw = metadata.get("args")
+    if raw:
+        try:
+            args = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return False
+        if isinstance(args, dict):
+            return bool(args.get(key))
+    return False
+
+
+def single_output(specs: Sequence[TensorSpec]) -> TensorSpec | None:
+    """The one rank-3 output (some YOLOv5 exports add raw head outputs of rank 5 beside it)."""
+    rank3 = [s for s in specs if len(s.shape) == 3]
+    return rank3[0] if len(rank3) == 1 else None
+
+
 class DecoderBase:
     """Thresholds, class filter, NMS and the mapping back to the frame, shared by the decoders."""
 
     kind = "?"
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        """Whether ``decode.kind: auto`` should take this decoder for a model with these outputs."""
+        return False
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> Any:
+        """This decoder for a model with these outputs, or a one-line :class:`ModelError` saying why not."""
+        raise no_match(specs, f"decode.kind {cls.kind} cannot be chosen")
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...]) -> None:
         self.config = config

@@ -7,21 +7,54 @@ such exports and fall below any positive threshold.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
-from edgert.vision.decoders._common import DecoderBase
+from edgert.types import TensorSpec
+from edgert.vision.decoders._common import (
+    DecoderBase,
+    fixed,
+    meta_flag,
+    no_match,
+    resolve_names,
+    single_output,
+)
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["End2EndDecoder"]
 
 
+#: An end-to-end output keeps at most this many rows; a [1,N,6] output with more is YOLOv5 with one class.
+END2END_MAX_ROWS = 1000
+
+
 class End2EndDecoder(DecoderBase):
     kind = "end2end"
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        single = single_output(specs)
+        if single is None:
+            return False
+        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+        return b == 6 and (
+            meta_flag(metadata, "end2end") or meta_flag(metadata, "nms") or a is None or a <= END2END_MAX_ROWS
+        )
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
+                     metadata: Mapping[str, str]) -> End2EndDecoder:
+        single = single_output(specs)
+        if single is None:
+            raise no_match(specs, "decode.kind end2end needs one rank-3 output")
+        b = fixed(single.shape[2])
+        if b != 6:
+            raise no_match(specs, "decode.kind end2end needs [1,N,6]")
+        return cls(config, resolve_names(config, metadata, None), single.name)
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
         super().__init__(config, names)

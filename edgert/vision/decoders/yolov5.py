@@ -6,13 +6,21 @@ Since a score never exceeds its objectness, rows are filtered on objectness firs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
-from edgert.vision.decoders._common import DecoderBase, cxcywh_to_xyxy
+from edgert.types import TensorSpec
+from edgert.vision.decoders._common import (
+    DecoderBase,
+    cxcywh_to_xyxy,
+    fixed,
+    no_match,
+    resolve_names,
+    single_output,
+)
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
@@ -21,6 +29,25 @@ __all__ = ["YoloV5Decoder"]
 
 class YoloV5Decoder(DecoderBase):
     kind = "yolov5"
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        single = single_output(specs)
+        if single is None:
+            return False
+        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+        return b is not None and b >= 6 and (a is None or a > b)
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
+                     metadata: Mapping[str, str]) -> YoloV5Decoder:
+        single = single_output(specs)
+        if single is None:
+            raise no_match(specs, "decode.kind yolov5 needs one rank-3 output")
+        b = fixed(single.shape[2])
+        if b is not None and b < 6:
+            raise no_match(specs, "decode.kind yolov5 needs [1,N,5+C] with C >= 1")
+        return cls(config, resolve_names(config, metadata, None if b is None else b - 5), single.name)
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
         super().__init__(config, names)

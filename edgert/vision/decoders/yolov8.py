@@ -7,13 +7,21 @@ threshold get any per-box work (argmax, box conversion, NMS).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
-from edgert.vision.decoders._common import DecoderBase, cxcywh_to_xyxy
+from edgert.types import TensorSpec
+from edgert.vision.decoders._common import (
+    DecoderBase,
+    cxcywh_to_xyxy,
+    fixed,
+    no_match,
+    resolve_names,
+    single_output,
+)
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
@@ -22,6 +30,25 @@ __all__ = ["YoloV8Decoder"]
 
 class YoloV8Decoder(DecoderBase):
     kind = "yolov8"
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        single = single_output(specs)
+        if single is None:
+            return False
+        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+        return a is not None and a >= 5 and (b is None or b > a)
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
+                     metadata: Mapping[str, str]) -> YoloV8Decoder:
+        single = single_output(specs)
+        if single is None:
+            raise no_match(specs, "decode.kind yolov8 needs one rank-3 output")
+        a = fixed(single.shape[1])
+        if a is not None and a < 5:
+            raise no_match(specs, "decode.kind yolov8 needs [1,4+C,N] with C >= 1")
+        return cls(config, resolve_names(config, metadata, None if a is None else a - 4), single.name)
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
         super().__init__(config, names)
