@@ -23,6 +23,7 @@ from edgert.errors import OutputClosed, SinkError, last_line
 from edgert.output_lock import lock_output
 from edgert.stats import PipelineStats
 from edgert.vision.detections import Detections
+from edgert.vision.uri import file_path_text
 
 __all__ = [
     "FrameResult",
@@ -343,5 +344,5 @@ def open_sinks(sinks: Sequence[Sink], info: StreamInfo,
 
 def local_path(uri: str) -> tuple[str, Path]:
     """A file or folder sink's URI (``file://`` optional, ``?options`` kept) and the path it names."""
-    path_text = uri[len("file://"):] if uri.startswith("file://") else uri
+    path_text = file_path_text(uri)
     return path_text, Path(path_text.partition("?")[0]).expanduser()

@@ -18,8 +18,9 @@ from edgert.errors import SinkError
 from edgert.vision.sinks import display, image, jsonl, rtsp, video
 from edgert.vision.sinks.base import FrameResult, Sink
 from edgert.vision.sinks.callback import CallbackSink
+from edgert.vision.uri import scheme
 
-__all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "scheme", "sink_help"]
+__all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "sink_help"]
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,6 @@ class SinkKind:
     example: str
     accepts: Callable[[str], bool]
     make: Callable[[str, str], Sink]
-
-
-def scheme(*prefixes: str) -> Callable[[str], bool]:
-    """A test for URIs that start with one of ``prefixes`` (``"jsonl://"``)."""
-    return lambda uri: uri.startswith(prefixes)
 
 
 def _web_preview(uri: str, title: str) -> Sink:
