@@ -68,6 +68,7 @@ __all__ = [
     "open_source",
     "register_source",
     "rtsp_pipeline",
+    "source_help",
 ]
 
 log = logging.getLogger(__name__)
@@ -864,6 +865,11 @@ def register_source(kind: SourceKind, before: str = "video") -> None:
         raise ValueError(f"a source kind named {kind.name!r} is registered already")
     names = [row.name for row in SOURCES]
     SOURCES.insert(names.index(before) if before in names else len(SOURCES), kind)
+
+
+def source_help() -> str:
+    """How every source kind is written, for help texts."""
+    return ", ".join(row.example for row in SOURCES)
 
 
 def open_source(source: SourceConfig | str) -> FrameSource:

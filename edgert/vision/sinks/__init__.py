@@ -38,7 +38,7 @@ from edgert.vision.sinks.callback import CallbackSink
 from edgert.vision.sinks.display import DisplaySink
 from edgert.vision.sinks.image import ImageFileSink, ImageFolderSink
 from edgert.vision.sinks.jsonl import JsonlSink
-from edgert.vision.sinks.registry import SINKS, SinkKind, as_sink, open_sink, prepare_sinks, register_sink
+from edgert.vision.sinks.registry import SINKS, SinkKind, as_sink, open_sink, prepare_sinks, register_sink, sink_help
 from edgert.vision.sinks.rtsp import RtspSink, rtsp_out_pipeline
 from edgert.vision.sinks.video import VIDEO_SUFFIXES, VideoFileSink
 
@@ -67,4 +67,5 @@ __all__ = [
     "prepare_sinks",
     "register_sink",
     "rtsp_out_pipeline",
+    "sink_help",
 ]
