@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import resource
 import signal
@@ -37,17 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import assets_dir, machine_info
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
 from edgert.pipeline.hooks import open_power_sampler
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("nanodet-m-416-coco-v8layout.onnx", "yolov8s-fall-640.onnx")
 
-
-def assets_dir() -> Path:
-    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
 
 
 def compute_only(model: Path, iterations: int = 400, rounds: int = 3) -> dict[str, Any]:
@@ -177,7 +173,7 @@ def main() -> int:
     args = ap.parse_args()
     assets = assets_dir()
     video = assets / "video" / "vtest.avi"
-    results: dict[str, Any] = {"machine": {"python": platform.python_version(), "node": platform.node()},
+    results: dict[str, Any] = {"machine": {**machine_info(), "node": platform.node()},
                                "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
         results["machine"]["gpu"] = subprocess.run(
