@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -102,7 +102,7 @@ class RecordingSink(Sink):
 
     needs_image = True
     lossless = True
-    opened: dict[str, RecordingSink] = {}
+    opened: ClassVar[dict[str, RecordingSink]] = {}
 
     def __init__(self, uri: str) -> None:
         super().__init__(uri)
