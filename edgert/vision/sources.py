@@ -47,7 +47,7 @@ import numpy as np
 from edgert._lazy import lazy_import
 from edgert.config import SourceConfig
 from edgert.errors import SourceError, last_line
-from edgert.vision.uri import file_path_text, scheme
+from edgert.vision.uri import file_path_text, insert_row, scheme
 
 __all__ = [
     "FILE_TIMEOUT_S",
@@ -861,10 +861,7 @@ SOURCES: list[SourceKind] = [
 
 def register_source(kind: SourceKind, before: str = "video") -> None:
     """Add a source kind (a plugin, a test), tried ahead of the row named ``before``."""
-    if any(row.name == kind.name for row in SOURCES):
-        raise ValueError(f"a source kind named {kind.name!r} is registered already")
-    names = [row.name for row in SOURCES]
-    SOURCES.insert(names.index(before) if before in names else len(SOURCES), kind)
+    insert_row(SOURCES, kind, before)
 
 
 def source_help() -> str:

@@ -170,3 +170,35 @@ def cxcywh_to_xyxy(b: np.ndarray) -> np.ndarray:
     np.add(b[0], half_w, out=out[:, 2])
     np.add(b[1], half_h, out=out[:, 3])
     return out
+
+
+class SingleOutputDecoder(DecoderBase):
+    """A decoder of one rank-3 output ``[1, A, B]``: a subclass says which (A, B) it takes (``fits``, for
+    ``auto``) and how many classes they carry (``num_classes``, raising :func:`no_match` when they cannot be
+    its layout)."""
+
+    def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
+        super().__init__(config, names)
+        self.output = output
+
+    @classmethod
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
+        return False
+
+    @classmethod
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
+        """The class count the output dims give (None: dynamic), or a one-line ModelError."""
+        return None
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        single = single_output(specs)
+        return single is not None and cls.fits(fixed(single.shape[1]), fixed(single.shape[2]), metadata)
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> Any:
+        single = single_output(specs)
+        if single is None:
+            raise no_match(specs, f"decode.kind {cls.kind} needs one rank-3 output")
+        classes = cls.num_classes(specs, fixed(single.shape[1]), fixed(single.shape[2]))
+        return cls(config, resolve_names(config, metadata, classes), single.name)

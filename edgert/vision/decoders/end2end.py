@@ -14,14 +14,7 @@ import numpy as np
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
 from edgert.types import TensorSpec
-from edgert.vision.decoders._common import (
-    DecoderBase,
-    fixed,
-    meta_flag,
-    no_match,
-    resolve_names,
-    single_output,
-)
+from edgert.vision.decoders._common import SingleOutputDecoder, meta_flag, no_match
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
@@ -32,33 +25,23 @@ __all__ = ["End2EndDecoder"]
 END2END_MAX_ROWS = 1000
 
 
-class End2EndDecoder(DecoderBase):
+class End2EndDecoder(SingleOutputDecoder):
     kind = "end2end"
 
     @classmethod
-    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
-        single = single_output(specs)
-        if single is None:
-            return False
-        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
         return b == 6 and (
             meta_flag(metadata, "end2end") or meta_flag(metadata, "nms") or a is None or a <= END2END_MAX_ROWS
         )
 
     @classmethod
-    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
-                     metadata: Mapping[str, str]) -> End2EndDecoder:
-        single = single_output(specs)
-        if single is None:
-            raise no_match(specs, "decode.kind end2end needs one rank-3 output")
-        b = fixed(single.shape[2])
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
         if b != 6:
             raise no_match(specs, "decode.kind end2end needs [1,N,6]")
-        return cls(config, resolve_names(config, metadata, None), single.name)
+        return None
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
-        super().__init__(config, names)
-        self.output = output
+        super().__init__(config, names, output)
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:
         out = self._output(outputs, self.output)

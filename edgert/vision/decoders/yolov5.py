@@ -13,45 +13,28 @@ import numpy as np
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
 from edgert.types import TensorSpec
-from edgert.vision.decoders._common import (
-    DecoderBase,
-    cxcywh_to_xyxy,
-    fixed,
-    no_match,
-    resolve_names,
-    single_output,
-)
+from edgert.vision.decoders._common import SingleOutputDecoder, cxcywh_to_xyxy, no_match
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["YoloV5Decoder"]
 
 
-class YoloV5Decoder(DecoderBase):
+class YoloV5Decoder(SingleOutputDecoder):
     kind = "yolov5"
 
     @classmethod
-    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
-        single = single_output(specs)
-        if single is None:
-            return False
-        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
         return b is not None and b >= 6 and (a is None or a > b)
 
     @classmethod
-    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
-                     metadata: Mapping[str, str]) -> YoloV5Decoder:
-        single = single_output(specs)
-        if single is None:
-            raise no_match(specs, "decode.kind yolov5 needs one rank-3 output")
-        b = fixed(single.shape[2])
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
         if b is not None and b < 6:
             raise no_match(specs, "decode.kind yolov5 needs [1,N,5+C] with C >= 1")
-        return cls(config, resolve_names(config, metadata, None if b is None else b - 5), single.name)
+        return None if b is None else b - 5
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
-        super().__init__(config, names)
-        self.output = output
+        super().__init__(config, names, output)
         self._mask: np.ndarray | None = None
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:

@@ -14,45 +14,28 @@ import numpy as np
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
 from edgert.types import TensorSpec
-from edgert.vision.decoders._common import (
-    DecoderBase,
-    cxcywh_to_xyxy,
-    fixed,
-    no_match,
-    resolve_names,
-    single_output,
-)
+from edgert.vision.decoders._common import SingleOutputDecoder, cxcywh_to_xyxy, no_match
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["YoloV8Decoder"]
 
 
-class YoloV8Decoder(DecoderBase):
+class YoloV8Decoder(SingleOutputDecoder):
     kind = "yolov8"
 
     @classmethod
-    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
-        single = single_output(specs)
-        if single is None:
-            return False
-        a, b = fixed(single.shape[1]), fixed(single.shape[2])
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
         return a is not None and a >= 5 and (b is None or b > a)
 
     @classmethod
-    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec],
-                     metadata: Mapping[str, str]) -> YoloV8Decoder:
-        single = single_output(specs)
-        if single is None:
-            raise no_match(specs, "decode.kind yolov8 needs one rank-3 output")
-        a = fixed(single.shape[1])
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
         if a is not None and a < 5:
             raise no_match(specs, "decode.kind yolov8 needs [1,4+C,N] with C >= 1")
-        return cls(config, resolve_names(config, metadata, None if a is None else a - 4), single.name)
+        return None if a is None else a - 4
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
-        super().__init__(config, names)
-        self.output = output
+        super().__init__(config, names, output)
         self._scratch: tuple[np.ndarray, np.ndarray] | None = None  # (best score, mask) per anchor
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:

@@ -34,6 +34,7 @@ __all__ = [
     "frame_record",
     "local_path",
     "open_sinks",
+    "release_sinks",
 ]
 
 log = logging.getLogger(__name__)
@@ -333,13 +334,19 @@ def open_sinks(sinks: Sequence[Sink], info: StreamInfo,
     except BaseException:
         for worker in workers:
             worker.close()
-        for sink in sinks[len(workers):]:
-            try:
-                sink.close()
-            except Exception as exc:
-                log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+        release_sinks(sinks[len(workers):])
         raise
     return workers
+
+
+def release_sinks(sinks: Sequence[Sink]) -> None:
+    """Close sinks that a failed start leaves behind; one that fails to close is logged, not raised, so the
+    start's own error is the one the user sees."""
+    for sink in sinks:
+        try:
+            sink.close()
+        except Exception as exc:
+            log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
 
 
 def local_path(uri: str) -> tuple[str, Path]:

@@ -9,20 +9,18 @@ factory) and add one row here.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from edgert.errors import SinkError
 from edgert.vision.sinks import display, image, jsonl, rtsp, video
-from edgert.vision.sinks.base import FrameResult, Sink
+from edgert.vision.sinks.base import FrameResult, Sink, release_sinks
 from edgert.vision.sinks.callback import CallbackSink
-from edgert.vision.uri import scheme
+from edgert.vision.uri import insert_row, scheme
 
 __all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "sink_help"]
 
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,10 +61,7 @@ SINKS: list[SinkKind] = [
 
 def register_sink(kind: SinkKind, before: str | None = None) -> None:
     """Add a sink kind (from a plugin or a test); ``before`` names the row it must be tried ahead of."""
-    if any(row.name == kind.name for row in SINKS):
-        raise ValueError(f"a sink kind named {kind.name!r} is registered already")
-    names = [row.name for row in SINKS]
-    SINKS.insert(names.index(before) if before in names else len(SINKS), kind)
+    insert_row(SINKS, kind, before)
 
 
 def sink_help() -> str:
@@ -97,11 +92,7 @@ def prepare_sinks(specs: Sequence[str | Sink], title: str = "edgert") -> list[Si
             sinks.append(sink)
             sink.prepare()
     except BaseException:
-        for sink in reversed(sinks):
-            try:
-                sink.close()
-            except Exception as exc:
-                log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+        release_sinks(sinks[::-1])
         raise
     return sinks
 
