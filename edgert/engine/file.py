@@ -8,7 +8,6 @@ prefix. edgert writes plain plans and keeps its own metadata in the sidecar JSON
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgert.atomic_file import sha256_file as file_sha256
 from edgert.errors import EngineCacheError
 
 __all__ = ["EngineFile", "file_sha256", "read_engine_file", "split_ultralytics_header", "write_atomic"]
@@ -80,11 +80,3 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()

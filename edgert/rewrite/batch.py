@@ -39,6 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgert._lazy import lazy_import
+from edgert.atomic_file import sha256_file
 from edgert.errors import ModelError, first_line
 
 __all__ = [
@@ -1039,14 +1040,6 @@ def batch_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "edgert" / "batch"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -1078,7 +1071,7 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
     src = Path(model_path)
     if not src.is_file():
         raise ModelError(f"{src}: model file not found")
-    sha = _sha256(src)
+    sha = sha256_file(src)
     root = Path(cache_dir) if cache_dir is not None else batch_cache_dir()
     out = root / f"{src.stem}-{sha[:12]}.batch.onnx"
     rec_path = out.with_suffix(".json")
@@ -1091,7 +1084,7 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
             raise BatchRewriteError(str(rec["error"]))
         if rec.get("already_dynamic"):
             return src
-        if out.is_file() and rec.get("sha256") and rec["sha256"] == _sha256(out):
+        if out.is_file() and rec.get("sha256") and rec["sha256"] == sha256_file(out):
             return out
     proto, label = _load(src)
     if has_dynamic_batch(proto):
