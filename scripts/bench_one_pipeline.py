@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import signal
 import subprocess
 import sys
@@ -36,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _bench import assets_dir, machine_info
+from _bench import RssProbe, assets_dir, machine_info
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
-from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
+from edgert.pipeline import Pipeline
 from edgert.pipeline.hooks import open_power_sampler
 
 MODELS = ("nanodet-m-416-coco-v8layout.onnx", "yolov8s-fall-640.onnx")
@@ -135,18 +134,6 @@ def budget_run(model: Path, video: Path, budget: float, settle_s: float, judge_s
     return {"budget_w": round(budget, 1), "judged_avg_w": judged, "judge_window_s": [settle_s, settle_s + judge_s],
             "within_5pct_at_or_under": judged is not None and judged <= budget * 1.05,
             "run_fps": summary.get("fps"), "run_power": summary.get("power"), "stopped_by": summary.get("stopped_by")}
-
-
-class RssProbe(BaseObserver):
-    """Peak RSS (ru_maxrss, KiB on Linux) when the run passes each of ``marks`` frames."""
-
-    def __init__(self, marks: tuple[int, ...]) -> None:
-        self.marks = set(marks)
-        self.peak_kib: dict[int, int] = {}
-
-    def on_frame(self, stats: PipelineStats) -> None:
-        if stats.frames in self.marks:
-            self.peak_kib[stats.frames] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def rss_run(model: Path, video: Path, frames: int, processing: str) -> dict[str, Any]:
