@@ -7,14 +7,12 @@ prefix. edgert writes plain plans and keeps its own metadata in the sidecar JSON
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgert.atomic_file import replace_file
 from edgert.atomic_file import sha256_file as file_sha256
 from edgert.errors import EngineCacheError
 
@@ -69,14 +67,4 @@ def read_engine_file(path: str | Path) -> EngineFile:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file, so a killed build never leaves half an engine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; engines and caches are shared with the service user
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(path, data)

@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgert._lazy import lazy_import
-from edgert.atomic_file import sha256_file
+from edgert.atomic_file import replace_file, sha256_file
 from edgert.errors import ModelError, first_line
 
 __all__ = [
@@ -1040,22 +1039,6 @@ def batch_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "edgert" / "batch"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 # Part of the cache key with the source's sha256: bump it when the rewrite changes what it writes.
 _RECORD_VERSION = 1
 
@@ -1088,7 +1071,7 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
             return out
     proto, label = _load(src)
     if has_dynamic_batch(proto):
-        _write_atomic(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
+        replace_file(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
                                              "already_dynamic": True}, indent=2) + "\n").encode())
         return src
     try:
@@ -1096,13 +1079,13 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
         checked = check_batch_rewrite(proto, res.model, check, label=label) if check else []
     except BatchRewriteError as exc:
         msg = str(exc)
-        _write_atomic(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
+        replace_file(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
                                              "error": msg}, indent=2) + "\n").encode())
         raise
 
     data = res.model.SerializeToString()
-    _write_atomic(out, data)
-    _write_atomic(rec_path, (json.dumps({
+    replace_file(out, data)
+    replace_file(rec_path, (json.dumps({
         "version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
         "sha256": hashlib.sha256(data).hexdigest(), "changes": list(res.changes), "check": checked,
     }, indent=2) + "\n").encode())
