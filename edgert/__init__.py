@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from edgert.vision.detector import Detector
     from edgert.vision.sinks import CallbackSink
 
-__version__ = "0.1.0"
+from edgert._version import __version__
 
 # The quick path, imported on first use (PEP 562) so that ``import edgert`` stays this small.
 _LAZY = {

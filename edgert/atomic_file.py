@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "sha256_file", "write_atomic"]
+__all__ = ["atomic_path", "replace_file", "sha256_file", "write_atomic"]
 
 
 @contextlib.contextmanager
@@ -47,6 +48,25 @@ def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -
         else:
             tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     return target
+
+
+def replace_file(path: str | Path, data: bytes | str, mode: int = 0o644) -> None:
+    """Write ``data`` (text as UTF-8) to a unique temporary file beside ``path`` and rename it over ``path``,
+    with permissions ``mode`` whatever the umask (``mkstemp`` makes 0600; engines, caches and unit files are
+    read by other users). A killed writer never leaves half a file; unlike :func:`write_atomic` it does not
+    sync (large engines, caches that can be rebuilt)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

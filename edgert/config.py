@@ -19,6 +19,7 @@ from typing import Any, Dict, Literal, Optional, Tuple, TypeVar, Union
 import yaml
 
 from edgert.coco import COCO_NAMES
+from edgert.decoder_kinds import decode_kinds
 from edgert.errors import ConfigError
 
 __all__ = [
@@ -115,7 +116,7 @@ class PreprocessConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    kind: Literal["auto", "yolov5", "yolov8", "end2end", "efficient_nms"] = "auto"
+    kind: str = "auto"  # a key of edgert.decoder_kinds.DECODERS, or auto
     conf: float = 0.25
     iou: float = 0.45
     max_det: int = 300
@@ -124,6 +125,8 @@ class DecodeConfig:
     agnostic: bool = False
 
     def __post_init__(self) -> None:
+        kinds = decode_kinds()  # the decoder table, so that a registered decoder is a valid kind at once
+        _check(self.kind in kinds, "kind", f"expected one of {', '.join(kinds)}, got {_kind(self.kind)}")
         _check(0.0 <= self.conf <= 1.0, "conf", f"expected 0..1, got {self.conf}")
         _check(0.0 <= self.iou <= 1.0, "iou", f"expected 0..1, got {self.iou}")
         _check(self.max_det > 0, "max_det", f"expected > 0, got {self.max_det}")

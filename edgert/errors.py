@@ -84,3 +84,22 @@ class ReportError(EdgertError):
 
 class ServiceError(EdgertError):
     """Installing or controlling the systemd service failed."""
+
+
+def first_line(exc: BaseException | str, fallback: str | None = None) -> str:
+    """The first non-empty line of an exception's message, for a one-line error; ``fallback`` (default: the
+    exception's type name) when the message is empty. Frameworks (ONNX Runtime, OpenCV, TensorRT) raise
+    messages of many lines whose first says what went wrong."""
+    lines = str(exc).strip().splitlines()
+    if lines:
+        return lines[0].strip()
+    return fallback if fallback is not None else (exc if isinstance(exc, str) else type(exc).__name__)
+
+
+def last_line(exc: BaseException | str, fallback: str | None = None) -> str:
+    """The last non-empty line of an exception's message (where OpenCV and GStreamer put the cause); as
+    :func:`first_line` otherwise."""
+    lines = str(exc).strip().splitlines()
+    if lines:
+        return lines[-1].strip()
+    return fallback if fallback is not None else (exc if isinstance(exc, str) else type(exc).__name__)

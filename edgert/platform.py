@@ -19,9 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgert._lazy import lazy_import
+from edgert.errors import BackendUnavailable
+
 log = logging.getLogger(__name__)
 
-__all__ = ["gpu_present", "jetpack_for_l4t", "jetson_info", "machine_report", "sysroot"]
+__all__ = ["gpu_present", "jetpack_for_l4t", "jetson_info", "machine_facts", "sysroot"]
 
 # L4T release (from /etc/nv_tegra_release) -> JetPack, after NVIDIA's JetPack archive and jetson-stats.
 L4T_TO_JETPACK: dict[str, str] = {
@@ -92,8 +95,7 @@ def _probe_gpu() -> dict[str, Any]:
     if not present:
         return out
     try:
-        import pynvml
-
+        pynvml = lazy_import("pynvml")
         pynvml.nvmlInit()
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -109,8 +111,7 @@ def _probe_gpu() -> dict[str, Any]:
     except Exception as exc:  # NVML answers "not supported" on Orin; pycuda may still know
         out["nvml"] = f"unavailable: {exc}"
     try:
-        import pycuda.driver as cuda
-
+        cuda = lazy_import("pycuda.driver")
         cuda.init()
         dev = cuda.Device(0)
         out["name"] = dev.name()
@@ -124,9 +125,6 @@ def _probe_gpu() -> dict[str, Any]:
 
 
 def _version_of(module: str) -> dict[str, Any]:
-    from edgert._lazy import lazy_import
-    from edgert.errors import BackendUnavailable
-
     try:
         mod = lazy_import(module)
     except BackendUnavailable as exc:
@@ -139,18 +137,14 @@ def _version_of(module: str) -> dict[str, Any]:
 def _probe_onnxruntime() -> dict[str, Any]:
     out = _version_of("onnxruntime")
     if out["installed"]:
-        import onnxruntime
-
-        out["providers"] = list(onnxruntime.get_available_providers())
+        out["providers"] = list(lazy_import("onnxruntime").get_available_providers())
     return out
 
 
 def _probe_opencv() -> dict[str, Any]:
     out = _version_of("cv2")
     if out["installed"]:
-        import cv2
-
-        build = cv2.getBuildInformation()
+        build = lazy_import("cv2").getBuildInformation()
         m = re.search(r"GStreamer:\s+(\S+)", build)
         out["gstreamer"] = bool(m and m.group(1).upper() == "YES")
     return out
@@ -219,11 +213,12 @@ def _safe(probe: Callable[[], Any]) -> Any:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def machine_report() -> dict[str, Any]:
-    """Everything ``edgert info`` shows, as JSON-ready data."""
-    from edgert.backends import choose_backend
+def machine_facts() -> dict[str, Any]:
+    """What this machine is, as JSON-ready data: every probe of ``edgert info`` (which adds the backend).
 
-    report: dict[str, Any] = {
+    One failing probe is reported as ``{"error": ...}`` and never hides the others.
+    """
+    return {
         "system": _safe(_probe_system),
         "jetson": _safe(jetson_info),
         "gpu": _safe(_probe_gpu),
@@ -236,13 +231,3 @@ def machine_report() -> dict[str, Any]:
         "cameras": _safe(_probe_cameras),
         "power_mode": _safe(_probe_power_mode),
     }
-    choice = _safe(choose_backend)
-    if isinstance(choice, dict):
-        report["backend"] = {"chosen": None, "why": choice.get("error")}
-    else:
-        name, probes = choice
-        report["backend"] = {
-            "chosen": name,
-            "candidates": [{"name": p.name, "available": p.available, "reason": p.reason} for p in probes],
-        }
-    return report

@@ -34,36 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import Energy, assets_dir, machine_info
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from edgert.errors import first_line
 
 MODELS = ("yolov8s-fall-640.onnx", "nanodet-m-416-coco-v8layout.onnx", "yolov3-tiny-coco-416.onnx")
 
-
-def assets_dir() -> Path:
-    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
-
-
-class Energy:
-    """NVML total-energy counter (mJ) of GPU 0; None where NVML is missing (CPU runs)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.nv: Any = None
-        if not enabled:
-            return
-        try:
-            import pynvml as nv
-
-            nv.nvmlInit()
-            self.handle = nv.nvmlDeviceGetHandleByIndex(0)
-            nv.nvmlDeviceGetTotalEnergyConsumption(self.handle)
-            self.nv = nv
-        except Exception as exc:
-            print(f"no NVML energy counter: {exc}", flush=True)
-
-    def read(self) -> float | None:
-        return None if self.nv is None else float(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
 
 
 def batch_input(path: Path) -> tuple[str, tuple[int, ...]]:
@@ -161,6 +137,7 @@ def main() -> int:
             report["device"] = {"error": str(exc)}
     else:
         report["device"] = {"cpu_count": os.cpu_count()}
+    report["machine"] = machine_info()
     out = Path(args.out)
 
     def save() -> None:
@@ -196,7 +173,7 @@ def main() -> int:
                 try:
                     res = measure(batched, backend, name, rest, b, args.iterations, args.rounds, energy, graph)
                 except Exception as exc:
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    first = first_line(exc, "")
                     rows.append({"batch": b, "error": f"{type(exc).__name__}: {first}",
                                  "traceback": traceback.format_exc()[-1500:]})
                     print(f"   failed: {rows[-1]['error']}", flush=True)
@@ -212,7 +189,7 @@ def main() -> int:
         try:
             r["check"] = check_rows(src, batched, backend, name, rest, max(batches))
         except Exception as exc:
-            r["check"] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"}
+            r["check"] = {"error": f"{type(exc).__name__}: {first_line(exc, '')}"}
         save()
 
     print("\n| model | variant | batch | calls/s | frames/s | x batch 1 | p50 ms | p99 ms | mJ/frame |")

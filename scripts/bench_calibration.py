@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -38,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSETS = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+from _bench import ROOT, assets_dir, machine_info
+
+ASSETS = assets_dir()
 MODELS = {
     "nanodet": ASSETS / "models/detection/nanodet-m-416-coco-v8layout.onnx",
     "yolov8s": ASSETS / "models/detection/yolov8s-fall-640.onnx",
@@ -156,16 +156,18 @@ ORT_CHILD = r'''
 import json, sys, time
 import numpy as np, onnx
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
-from edgert.calib.calibrate import _input_spec
+from edgert.build.onnx_info import inspect_onnx
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.qdq import plan_quantization, prepare_model
 from edgert.config import PreprocessConfig
+from edgert.types import TensorSpec
 from edgert.vision.preprocess import Preprocessor
 model, images, num, method, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 fp32 = onnx.load(model)
 prepared = prepare_model(fp32)
 plan = plan_quantization(prepared)
-spec = _input_spec(prepared)
+first = inspect_onnx(model).inputs[0]  # the one image input (what edgert calibrate checks)
+spec = TensorSpec(first.name, first.shape, np.dtype(np.float32))
 pre = Preprocessor(PreprocessConfig(), spec, {p.key: p.value for p in fp32.metadata_props})
 # the same nodes edgert leaves float: the decoding tail, the -inf padded ops, and the in-graph normalisation
 exclude = sorted(set(plan.tail_nodes) | set(plan.skipped))
@@ -220,7 +222,7 @@ def main() -> int:
                     choices=["accuracy", "memory", "ort", "rtx"])
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+    results: dict[str, Any] = {"machine": machine_info(),
                                "num": args.num, "frames": args.frames}
     path = args.out / "bench_calibration.json"
 

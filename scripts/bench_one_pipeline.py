@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import resource
 import signal
 import subprocess
 import sys
@@ -37,17 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import RssProbe, assets_dir, machine_info
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
-from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
+from edgert.pipeline import Pipeline
 from edgert.pipeline.hooks import open_power_sampler
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("nanodet-m-416-coco-v8layout.onnx", "yolov8s-fall-640.onnx")
 
-
-def assets_dir() -> Path:
-    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
 
 
 def compute_only(model: Path, iterations: int = 400, rounds: int = 3) -> dict[str, Any]:
@@ -141,18 +136,6 @@ def budget_run(model: Path, video: Path, budget: float, settle_s: float, judge_s
             "run_fps": summary.get("fps"), "run_power": summary.get("power"), "stopped_by": summary.get("stopped_by")}
 
 
-class RssProbe(BaseObserver):
-    """Peak RSS (ru_maxrss, KiB on Linux) when the run passes each of ``marks`` frames."""
-
-    def __init__(self, marks: tuple[int, ...]) -> None:
-        self.marks = set(marks)
-        self.peak_kib: dict[int, int] = {}
-
-    def on_frame(self, stats: PipelineStats) -> None:
-        if stats.frames in self.marks:
-            self.peak_kib[stats.frames] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def rss_run(model: Path, video: Path, frames: int, processing: str) -> dict[str, Any]:
     probe = RssProbe((1000, 2000, 8000, 20000, frames))
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,7 +160,7 @@ def main() -> int:
     args = ap.parse_args()
     assets = assets_dir()
     video = assets / "video" / "vtest.avi"
-    results: dict[str, Any] = {"machine": {"python": platform.python_version(), "node": platform.node()},
+    results: dict[str, Any] = {"machine": {**machine_info(), "node": platform.node()},
                                "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     try:
         results["machine"]["gpu"] = subprocess.run(

@@ -108,10 +108,12 @@ def rss_run(model: str, video: str, frames: int, marks: tuple[int, ...]) -> dict
 def rss_subprocess(model: str, video: str, frames: int) -> dict[str, Any]:
     import subprocess
 
-    here = str(Path(__file__).parent)
-    code = (f"import json, sys; sys.path.insert(0, {here!r}); import bench_pipeline as b; "
+    # a fresh interpreter for a clean peak RSS; started in scripts/ so that it imports this module by name
+    model, video = str(Path(model).resolve()), str(Path(video).resolve())
+    code = (f"import json; import bench_pipeline as b; "
             f"print(json.dumps(b.rss_run({model!r}, {video!r}, {frames}, (1000, {frames}))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600,
+                          cwd=Path(__file__).parent)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-500:]}
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

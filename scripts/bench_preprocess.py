@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -26,20 +24,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import ROOT, assets_dir, machine_info
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from edgert.config import DecodeConfig, PreprocessConfig  # noqa: E402
-from edgert.types import TensorSpec  # noqa: E402
-from edgert.vision.decoders import make_decoder  # noqa: E402
-from edgert.vision.detector import Detector, concrete_output_specs  # noqa: E402
-from edgert.vision.nms import nms_indices_numpy, nms_indices_opencv  # noqa: E402
-from edgert.vision.preprocess import Preprocessor  # noqa: E402
+from edgert.config import DecodeConfig, PreprocessConfig
+from edgert.types import TensorSpec
+from edgert.vision.decoders import make_decoder
+from edgert.vision.detector import Detector, concrete_output_specs
+from edgert.vision.nms import nms_indices_numpy, nms_indices_opencv
+from edgert.vision.preprocess import Preprocessor
 
 
-def assets_dir() -> Path:
-    path = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+def checked_assets() -> Path:
+    path = assets_dir()
     if not (path / "video" / "vtest.avi").exists():
         sys.exit(f"bench_preprocess: assets not found at {path}: set EDGERT_ASSETS")
     return path
@@ -244,16 +240,14 @@ def main() -> int:
 
     import cv2
 
-    assets = assets_dir()
+    assets = checked_assets()
     frames = read_frames(assets / "video" / "vtest.avi", args.frames)
     result: dict[str, Any] = {
         "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
+            **machine_info(),
             "numpy": np.__version__,
             "opencv": cv2.__version__,
             "opencv_threads": cv2.getNumThreads(),
-            "load_avg_1min": round(os.getloadavg()[0], 2),
         },
         "frames": len(frames),
         "frame_size": list(frames[0].shape),

@@ -16,25 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _bench import assets_dir, machine_info
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from edgert.speech import SpeechChain, Transcriber, VoiceActivity, open_audio, read_audio, wer  # noqa: E402
-from edgert.speech.results import Transcript  # noqa: E402
+from edgert.speech import SpeechChain, Transcriber, VoiceActivity, open_audio, read_audio, wer
+from edgert.speech.results import Transcript
 
 SR = 16000
 
 
 def main() -> int:
-    assets = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+    assets = assets_dir()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=str(assets / "models/speech"))
     ap.add_argument("--audio", default=str(assets / "audio/librivox"))
@@ -78,7 +75,7 @@ def main() -> int:
             words, fid = line.rsplit("(", 1)
             refs[fid.strip(" )")] = words.replace("<s>", "").replace("</s>", "").strip()
     figures = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg": os.getloadavg()},
+        "machine": machine_info(),
         "backend": "onnxruntime (CPU)",
         "threads": args.threads,
         "stream_seconds": round(len(stream) / SR, 2),

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -30,17 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _bench import assets_dir, machine_info
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from edgert.analytics import Analytics, Tracker  # noqa: E402
-from edgert.config import AnalyticsConfig, DecodeConfig, LineConfig, PipelineConfig, TrackConfig, ZoneConfig  # noqa: E402
-from edgert.vision.detections import Detections  # noqa: E402
-
-
-def assets_dir() -> Path:
-    return Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+from edgert.analytics import Analytics, Tracker
+from edgert.config import AnalyticsConfig, DecodeConfig, LineConfig, PipelineConfig, TrackConfig, ZoneConfig
+from edgert.vision.detections import Detections
 
 
 def detect_video(model: str, video: str, frames: int, conf: float) -> tuple[list[Detections], tuple[int, int]]:
@@ -170,8 +162,7 @@ def main() -> int:
           f"counts {json.dumps(first['counts'])}")
     report = {
         "frames": len(dets), "detections": boxes, "frame_size": list(size), "conf": args.conf, "fps": args.fps,
-        "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
-                    "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "machine": machine_info(),
         "results": results,
     }
     out = Path(args.out)

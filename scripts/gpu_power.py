@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,12 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _bench import ROOT, assets_dir, machine_info
 
-from edgert.power import BudgetController, PowerSampler, SimulatedBoard, open_meter  # noqa: E402
-from edgert.power.meter import PowerMeter  # noqa: E402
-from edgert.power.sampler import Sample  # noqa: E402
+from edgert.power import BudgetController, PowerSampler, SimulatedBoard, open_meter
+from edgert.power.meter import PowerMeter
+from edgert.power.sampler import Sample
 
 log = logging.getLogger("gpu_power")
 
@@ -56,7 +54,7 @@ def find_model(explicit: str | None) -> Path | None:
     if explicit and explicit != "auto":
         return Path(explicit)
     roots = [os.environ.get("EDGERT_ASSETS", ""), "/tmp/edgert-assets", "/tmp/edgert-gp-assets",
-             str(ROOT.parent / "shared" / "assets")]
+             str(assets_dir())]
     for root in roots:
         for rel in DETECTORS:
             if root and (Path(root) / rel).is_file():
@@ -243,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "script": "scripts/gpu_power.py", "argv": sys.argv[1:],
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": sys.version.split()[0], "machine": platform.machine(), "simulated": args.simulate,
+        "python": sys.version.split()[0], "machine": machine_info(), "simulated": args.simulate,
     }
 
     def save() -> None:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _bench import assets_dir
 
-from edgert.speech import Transcriber, normalize_text, open_audio, wer, word_errors  # noqa: E402
+from edgert.speech import Transcriber, normalize_text, open_audio, wer, word_errors
 
 
 def read_transcription(path: Path) -> dict[str, str]:
@@ -33,7 +31,7 @@ def read_transcription(path: Path) -> dict[str, str]:
 
 
 def main() -> int:
-    assets = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+    assets = assets_dir()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(assets / "models/speech/whisper-tiny.en"))
     ap.add_argument("--audio", default=str(assets / "audio/librivox"))

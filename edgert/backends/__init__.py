@@ -14,18 +14,25 @@ from edgert.errors import BackendUnavailable, ConfigError
 
 __all__ = [
     "AUTO_ORDER",
+    "BACKENDS",
     "Backend",
     "BackendProbe",
     "Session",
     "SessionOptions",
+    "backend_class",
     "backend_names",
+    "builds_engines",
     "choose_backend",
+    "engine_builders",
     "get_backend",
     "open_session",
 ]
 
-# name -> "module:Class". Each module imports its framework lazily.
-_REGISTRY: dict[str, str] = {
+#: Every backend, the one table that ``--backend``, ``edgert info`` and the unknown-backend error read:
+#: name -> "module:Class". Each module imports its framework lazily, so listing them costs no framework.
+#: To add a backend: a module with a :class:`Backend` subclass, and one line here (and in AUTO_ORDER if
+#: ``auto`` may pick it).
+BACKENDS: dict[str, str] = {
     "onnxruntime": "edgert.backends.onnxruntime:OnnxRuntimeBackend",
     "onnxruntime-cuda": "edgert.backends.onnxruntime_cuda:OnnxRuntimeCudaBackend",
     "tensorrt": "edgert.backends.tensorrt:TensorRTBackend",
@@ -37,23 +44,38 @@ AUTO_ORDER: tuple[str, ...] = ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda", "
 
 
 def backend_names() -> list[str]:
-    return [n for n in AUTO_ORDER if n in _REGISTRY] + sorted(n for n in _REGISTRY if n not in AUTO_ORDER)
+    return [n for n in AUTO_ORDER if n in BACKENDS] + sorted(n for n in BACKENDS if n not in AUTO_ORDER)
 
 
-def _load(name: str) -> Backend:
-    target = _REGISTRY.get(name)
+def backend_class(name: str) -> type[Backend]:
+    """The :class:`Backend` subclass registered as ``name`` (its module imported, its framework not)."""
+    target = BACKENDS.get(name)
     if target is None:
         valid = ", ".join(["auto", *backend_names()])
         raise ConfigError(f"unknown backend {name!r}. Note: valid backends are {valid}")
     module_name, cls_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    backend: Backend = cls()
-    return backend
+    cls: type[Backend] = getattr(importlib.import_module(module_name), cls_name)
+    return cls
+
+
+def builds_engines(name: str) -> bool:
+    """Whether backend ``name`` runs built engines (an ONNX model needs ``edgert build`` first); False for
+    ``auto`` and unknown names."""
+    return name in BACKENDS and backend_class(name).builds_engines
+
+
+def engine_builders() -> tuple[str, ...]:
+    """The backends ``edgert build`` builds for, in :func:`backend_names` order."""
+    return tuple(name for name in backend_names() if builds_engines(name))
+
+
+def _load(name: str) -> Backend:
+    return backend_class(name)()
 
 
 def choose_backend() -> tuple[str, list[BackendProbe]]:
     """The first backend of :data:`AUTO_ORDER` that can run here, and every probe (for ``edgert info``)."""
-    probes = [_load(name).probe() for name in AUTO_ORDER if name in _REGISTRY]
+    probes = [_load(name).probe() for name in AUTO_ORDER if name in BACKENDS]
     for probe in probes:
         if probe.available:
             return probe.name, probes

@@ -132,6 +132,14 @@ class Backend(abc.ABC):
     """A way to run models. Subclasses import their framework lazily, inside ``probe``/``open``."""
 
     name: str = "?"
+    #: True: this backend runs engines that ``edgert build`` makes from ONNX (TensorRT): an ONNX model given to
+    #: it is built first (by ``edgert build``, ``edgert bench``, the service's unit), and it is a ``--backend``
+    #: of ``edgert build``.
+    builds_engines: bool = False
+    #: With ``builds_engines``: the Python module that builds (``tensorrt``), and whether it builds with no GPU
+    #: present (TensorRT-RTX does, so ``edgert build --backend auto`` takes it on a CPU-only machine).
+    build_module: str = ""
+    builds_without_gpu: bool = False
 
     @abc.abstractmethod
     def probe(self) -> BackendProbe:

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgert._lazy import lazy_import
 from edgert.backends.base import Backend, BackendProbe, Session, SessionOptions
-from edgert.errors import BackendError, BackendUnavailable, ModelError
+from edgert.errors import BackendError, BackendUnavailable, ModelError, first_line
 from edgert.types import TensorSpec
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_dtype"]
@@ -62,7 +62,7 @@ def load_ort_session(path: Path, providers: list[Any], threads: int = 0, spin_wa
     try:
         return ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as exc:  # onnxruntime raises pybind11 exception types that cannot be imported reliably
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ModelError(f"{path}: ONNX Runtime cannot load this model: {first}") from exc
 
 
@@ -124,14 +124,14 @@ class OnnxRuntimeSession(Session):
         try:
             return list(self._sess.run(None, self.inputs))
         except Exception as exc:
-            raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+            raise BackendError(f"ONNX Runtime failed: {first_line(exc)}") from exc
 
     def _infer_impl(self) -> None:
         try:
             self._sess.run_with_iobinding(self._io, self._run_options)
         except Exception as exc:
             if self._dynamic_outputs:
-                raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+                raise BackendError(f"ONNX Runtime failed: {first_line(exc)}") from exc
             # Outputs whose size depends on the data (NMS inside the graph) cannot use fixed buffers:
             # fall back to buffers ONNX Runtime allocates, copied out per call.
             log.info("outputs change size with the data; ONNX Runtime allocates them per call")

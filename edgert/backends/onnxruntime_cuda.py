@@ -17,7 +17,7 @@ from edgert._lazy import is_importable, lazy_import
 from edgert.backends.base import Backend, BackendProbe, SessionOptions
 from edgert.backends.gpu_session import GpuSession
 from edgert.backends.onnxruntime import _spec, load_ort_session
-from edgert.errors import BackendError, BackendUnavailable
+from edgert.errors import BackendError, BackendUnavailable, first_line
 from edgert.platform import gpu_present
 
 __all__ = ["OnnxRuntimeCudaBackend", "OnnxRuntimeCudaSession"]
@@ -85,14 +85,14 @@ class OnnxRuntimeCudaSession(GpuSession):
             try:
                 values = self._sess.run(None, feed)
             except Exception as exc:
-                raise BackendError(f"ONNX Runtime failed: {str(exc).strip().splitlines()[0]}") from exc
+                raise BackendError(f"ONNX Runtime failed: {first_line(exc)}") from exc
         return {s.name: tuple(v.shape) for s, v in zip(self.output_specs, values)}
 
     def _enqueue(self) -> None:
         try:
             self._sess.run_with_iobinding(self._io)
         except Exception as exc:  # pybind11 exception types of onnxruntime
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise BackendError(f"ONNX Runtime (CUDA) failed: {first}. Note: outputs whose size changes with the "
                                "data need the onnxruntime (CPU) backend") from exc
 

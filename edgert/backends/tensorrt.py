@@ -27,6 +27,10 @@ import numpy as np
 from edgert._lazy import is_importable, lazy_import
 from edgert.backends.base import Backend, BackendProbe, SessionOptions
 from edgert.backends.gpu_session import GpuSession
+from edgert.engine.file import file_sha256, read_engine_file
+from edgert.engine.identity import GpuIdentity
+from edgert.engine.sidecar import check_loadable, read_sidecar
+from edgert.engine.trt_logger import make_logger
 from edgert.errors import BackendError, BackendUnavailable, EngineCacheError, ModelError
 from edgert.platform import gpu_present
 from edgert.types import TensorSpec
@@ -43,8 +47,6 @@ log = logging.getLogger(__name__)
 
 def engine_for_onnx(onnx: Path, backend: str) -> Path:
     """The engine ``edgert build`` made for ``onnx`` (``MODEL.engine`` beside it), checked against its sidecar."""
-    from edgert.build.engine_cache import read_sidecar
-    from edgert.build.onnx_info import file_sha256
 
     engine = onnx.with_suffix(".engine")
     build = f"edgert build {onnx} --backend {backend}"
@@ -60,11 +62,6 @@ class _Engine:
     """One deserialized engine, shared by the execution contexts (sessions) forked from it."""
 
     def __init__(self, trt: ModuleType, backend: str, path: Path, device: CudaDevice) -> None:
-        from edgert.build.engine_cache import check_loadable
-        from edgert.build.engine_file import read_engine_file
-        from edgert.build.target import GpuIdentity
-        from edgert.build.trt_logger import make_logger
-
         self.trt = trt
         self.backend = backend
         self.path = path
@@ -201,7 +198,6 @@ class _TensorRTFamily(Backend):
 
     def open(self, model: str | Path, options: SessionOptions | None = None) -> TensorRTSession:
         from edgert.backends.cuda import CudaDevice
-        from edgert.build.engine_cache import check_loadable
 
         options = options or SessionOptions()
         path = self._model_path(model)
@@ -217,8 +213,13 @@ class _TensorRTFamily(Backend):
 class TensorRTBackend(_TensorRTFamily):
     name = "tensorrt"
     module = "tensorrt"
+    builds_engines = True
+    build_module = "tensorrt"
 
 
 class TensorRTRTXBackend(_TensorRTFamily):
     name = "tensorrt-rtx"
     module = "tensorrt_rtx"
+    builds_engines = True
+    build_module = "tensorrt_rtx"
+    builds_without_gpu = True

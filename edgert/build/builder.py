@@ -361,7 +361,7 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     plan = _build_plan(trt, parsed, options, profiles, target, strong)
     seconds = time.perf_counter() - t0
     write_atomic(engine, plan)
-    from edgert import __version__
+    from edgert._version import __version__
 
     record = EngineRecord(
         **{**want.__dict__,

@@ -7,12 +7,12 @@ against the model's real inputs before a long build starts.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgert.engine.file import file_sha256
 from edgert.errors import ConfigError, ModelError
 
 __all__ = [
@@ -73,14 +73,6 @@ class OnnxInfo:
 
     def input(self, name: str) -> TensorInfo | None:
         return next((t for t in self.inputs if t.name == name), None)
-
-
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _tensor(value: Any) -> TensorInfo:

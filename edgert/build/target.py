@@ -9,37 +9,30 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 from edgert._lazy import lazy_import
+from edgert.engine.identity import CPU_BUILD, GpuIdentity
 from edgert.errors import BackendUnavailable, ConfigError
 from edgert.platform import gpu_present
 
-__all__ = ["BUILD_BACKENDS", "GpuIdentity", "TargetInfo", "current_gpu", "import_tensorrt", "target_info"]
+__all__ = [
+    "CPU_BUILD",
+    "GpuIdentity",
+    "TargetInfo",
+    "build_modules",
+    "current_gpu",
+    "import_tensorrt",
+    "target_info",
+]
 
 log = logging.getLogger(__name__)
 
-#: edgert backend name -> Python module of that TensorRT flavour.
-BUILD_BACKENDS: dict[str, str] = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}
+def build_modules() -> dict[str, str]:
+    """edgert backend name -> Python module of that TensorRT flavour, for every backend that builds engines
+    (read from the backend registry: each backend says whether it builds)."""
+    from edgert.backends import backend_class, engine_builders
 
-CPU_BUILD = "none (CPU build)"
-
-
-@dataclass(frozen=True)
-class GpuIdentity:
-    name: str  # CPU_BUILD when no GPU is visible (TensorRT-RTX builds without one)
-    compute_capability: str | None
-    cuda_driver: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "compute_capability": self.compute_capability, "cuda_driver": self.cuda_driver}
-
-    @classmethod
-    def from_json(cls, data: Any) -> GpuIdentity:
-        if not isinstance(data, dict):
-            return cls(CPU_BUILD, None)
-        return cls(str(data.get("name") or CPU_BUILD), data.get("compute_capability"), data.get("cuda_driver"))
-
+    return {name: backend_class(name).build_module for name in engine_builders()}
 
 @dataclass(frozen=True)
 class TargetInfo:
@@ -51,9 +44,10 @@ class TargetInfo:
 
 def import_tensorrt(backend: str) -> ModuleType:
     """The TensorRT module for an edgert backend name, or BackendUnavailable naming the install."""
-    module = BUILD_BACKENDS.get(backend)
+    modules = build_modules()
+    module = modules.get(backend)
     if module is None:
-        valid = ", ".join(BUILD_BACKENDS)
+        valid = ", ".join(modules)
         raise ConfigError(f"backend {backend!r} does not build engines. Note: engine backends are {valid}")
     return lazy_import(module, f"the {backend} backend")
 
@@ -103,4 +97,4 @@ def current_gpu() -> GpuIdentity:
 
 def target_info(backend: str, trt: ModuleType | None = None) -> TargetInfo:
     trt = trt or import_tensorrt(backend)
-    return TargetInfo(backend, BUILD_BACKENDS[backend], str(getattr(trt, "__version__", "?")), current_gpu())
+    return TargetInfo(backend, build_modules()[backend], str(getattr(trt, "__version__", "?")), current_gpu())

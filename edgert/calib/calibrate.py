@@ -105,7 +105,7 @@ def _input_spec(model: onnx.ModelProto) -> TensorSpec:
 
 def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str,
          cache_version: str | None = None) -> str:
-    from edgert import __version__
+    from edgert._version import __version__
 
     h = hashlib.sha256(model_bytes)
     fields = {

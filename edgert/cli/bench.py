@@ -27,10 +27,12 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
+    from edgert.backends import backend_names
+
     p = subparsers.add_parser(
         "bench", help="measure latency, throughput and (GPU) the copy/compute split of a model on a backend")
     p.add_argument("model", help="ONNX model or engine file")
-    p.add_argument("--backend", default="auto", help="auto, onnxruntime, onnxruntime-cuda, tensorrt, tensorrt-rtx")
+    p.add_argument("--backend", default="auto", help=", ".join(["auto", *backend_names()]))
     p.add_argument("--iterations", type=int, default=200, help="timed iterations (default 200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed iterations first (default 20)")
     p.add_argument("--duration", type=float, metavar="S", help="time for S seconds instead of --iterations")
@@ -175,9 +177,12 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
 
 def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[str]) -> tuple[Path, str | None]:
     """TensorRT backends run engines: build (or reuse) one for an ONNX model. Returns (path, build summary)."""
-    if backend not in ("tensorrt", "tensorrt-rtx") or model.suffix.lower() != ".onnx":
+    from edgert.backends import builds_engines
+
+    if not builds_engines(backend) or model.suffix.lower() != ".onnx":
         return model, None
-    from edgert.build import BuildOptions, build_engine, parse_shapes
+    from edgert.build import parse_shapes
+    from edgert.build.builder import BuildOptions, build_engine
     from edgert.build.onnx_info import file_sha256
     from edgert.build.timing_cache import default_cache_dir
 
@@ -241,7 +246,7 @@ def _batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
 
 def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any]:
     """One session per batch size on the (rewritten if needed) model; frames/s = batch x calls/s."""
-    from edgert.backends import SessionOptions, get_backend
+    from edgert.backends import SessionOptions, builds_engines, get_backend
     from edgert.errors import ConfigError
     from edgert.rewrite.batch import batched_model_path
 
@@ -254,7 +259,7 @@ def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any
                               "batched_model": None if model == src else str(model), "batches": []}
     rest = _batch_inputs(model, args.shapes) if model != src or max(batches) > 1 else {}
     path, built = model, None
-    if be.name in ("tensorrt", "tensorrt-rtx"):
+    if builds_engines(be.name):
         hi = max(batches)
         profile = [f"{n}:{'x'.join(str(d) for d in (1, *r))}/{'x'.join(str(d) for d in (hi, *r))}/"
                    f"{'x'.join(str(d) for d in (hi, *r))}" for n, r in rest.items()]
@@ -352,7 +357,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2) if args.json else _fmt_batches(result))
         return 0
     if args.precisions:
-        if args.backend not in ("tensorrt", "tensorrt-rtx"):
+        from edgert.backends import builds_engines
+
+        if not builds_engines(args.backend):
             raise ConfigError("--precisions compares TensorRT engine precisions: add --backend tensorrt")
         precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
         bad = [p for p in precisions if p not in ("fp32", "fp16", "int8", "best")]

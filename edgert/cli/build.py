@@ -7,17 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-BUILD_BACKENDS = ("auto", "tensorrt", "tensorrt-rtx")
-
 
 def register(subparsers: Any) -> None:
+    from edgert.backends import engine_builders
+
     p = subparsers.add_parser(
         "build", help="build a TensorRT engine from an ONNX model (cached: rebuilt only when something changed)",
         description="Build MODEL.onnx into an engine with a sidecar OUT.engine.json. A second call with the same "
                     "model, settings, TensorRT and GPU reuses the engine; a changed one is rebuilt.")
     p.add_argument("model", help="the ONNX model")
     p.add_argument("-o", "--output", help="engine path (default: MODEL.engine beside the model)")
-    p.add_argument("--backend", choices=BUILD_BACKENDS, default="auto",
+    p.add_argument("--backend", choices=("auto", *engine_builders()), default="auto",
                    help="tensorrt (Jetson, dGPU) or tensorrt-rtx (RTX GPUs; also builds on CPU-only machines); "
                         "auto: tensorrt where it is installed, else tensorrt-rtx")
     p.add_argument("--precision", choices=("fp32", "fp16", "int8", "best"), default="fp32",
@@ -46,23 +46,26 @@ def register(subparsers: Any) -> None:
 
 
 def pick_build_backend(name: str) -> str:
-    """``auto``: TensorRT where it can build (installed, GPU present), else TensorRT-RTX where installed."""
+    """``auto``: the first engine-building backend that can build here: its builder installed and a GPU
+    present, unless it builds without one (TensorRT where it can, else TensorRT-RTX where installed)."""
     from edgert._lazy import is_importable
+    from edgert.backends import backend_class, engine_builders
     from edgert.errors import BackendUnavailable
     from edgert.platform import gpu_present
 
     if name != "auto":
         return name
-    if is_importable("tensorrt") and gpu_present()[0]:
-        return "tensorrt"
-    if is_importable("tensorrt_rtx"):
-        return "tensorrt-rtx"
+    for candidate in engine_builders():
+        cls = backend_class(candidate)
+        if is_importable(cls.build_module) and (cls.builds_without_gpu or gpu_present()[0]):
+            return candidate
     raise BackendUnavailable("no TensorRT builder here: install TensorRT (JetPack: apt install python3-libnvinfer) "
                              "or pip install 'edgert[rtx]' for TensorRT-RTX")
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgert.build import BuildOptions, build_engine, parse_shapes
+    from edgert.build import parse_shapes
+    from edgert.build.builder import BuildOptions, build_engine
 
     options = BuildOptions(
         backend=pick_build_backend(args.backend),

@@ -21,9 +21,25 @@ def _yes(entry: Any) -> str:
     return "no"
 
 
-def run(args: argparse.Namespace) -> int:
-    from edgert.platform import machine_report
+def machine_report() -> dict[str, Any]:
+    """Everything ``edgert info`` shows, as JSON-ready data: the machine's facts and the backend choice."""
+    from edgert.backends import choose_backend
+    from edgert.platform import machine_facts
 
+    report = machine_facts()
+    try:
+        name, probes = choose_backend()
+    except Exception as exc:  # one failing probe must not hide the others
+        report["backend"] = {"chosen": None, "why": f"{type(exc).__name__}: {exc}"}
+    else:
+        report["backend"] = {
+            "chosen": name,
+            "candidates": [{"name": p.name, "available": p.available, "reason": p.reason} for p in probes],
+        }
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
     report = machine_report()
     if args.json:
         print(json.dumps(report, indent=2, default=str))

@@ -8,12 +8,13 @@ import sys
 import time
 from typing import Any
 
-METERS = ("auto", "ina", "tegrastats", "nvml", "rapl")
-
 
 def register(subparsers: Any) -> None:
+    from edgert.power.meters import meter_kinds
+
     p = subparsers.add_parser("power", help="list power rails and their readings; Jetson power mode")
-    p.add_argument("--meter", choices=METERS, default="auto", help="which meter to read (default: auto)")
+    p.add_argument("--meter", choices=("auto", *meter_kinds()), default="auto",
+                   help="which meter to read (default: auto)")
     p.add_argument("--watch", action="store_true", help="keep printing readings until Ctrl-C")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between --watch readings (default 1)")
     p.add_argument("--count", type=int, default=None, help="with --watch: stop after this many readings")

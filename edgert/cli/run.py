@@ -21,11 +21,13 @@ SPEECH_TASKS = ("vad", "wakeword", "asr")
 
 
 def register(subparsers: Any) -> None:
+    from edgert.vision.sinks import sink_help
+    from edgert.vision.sources import source_help
+
     p = subparsers.add_parser(
         "run", help="run a detector on a video, images, camera or stream into sinks",
-        description="Run a model on a source (video file, image, folder, /dev/videoN, csi://N, rtsp://..., "
-                    "gst://...) into sinks (jsonl://PATH, jsonl://-, out.mp4, display://0, "
-                    "http://127.0.0.1:8080, rtsp://...). Flags override the --config YAML.",
+        description=f"Run a model on a source ({source_help()}) into sinks ({sink_help()}). "
+                    "Flags override the --config YAML.",
     )
     add_run_arguments(p)
     p.set_defaults(func=run)
@@ -40,7 +42,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="output URI, repeatable (replaces the config's sinks)")
     p.add_argument("--task", choices=["detect", *SPEECH_TASKS], help="override the config's task")
     p.add_argument("--max-frames", type=int, metavar="N", help="stop after N frames")
-    p.add_argument("--backend", help="auto, onnxruntime, tensorrt, ... (overrides model.backend)")
+    from edgert.backends import backend_names
+
+    p.add_argument("--backend", help=f"{', '.join(['auto', *backend_names()])} (overrides model.backend)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the backend (0: its default)")
     p.add_argument("--conf", type=float, metavar="X", help="confidence threshold (decode.conf)")
     p.add_argument("--iou", type=float, metavar="X", help="NMS IoU threshold (decode.iou)")

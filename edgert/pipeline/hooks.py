@@ -20,7 +20,7 @@ from typing import Any
 from edgert.config import PipelineConfig
 from edgert.errors import EdgertError
 from edgert.pipeline.observer import BaseObserver
-from edgert.pipeline.stats import PipelineStats
+from edgert.stats import PipelineStats
 
 __all__ = ["PowerWatts", "RunHooks", "open_power_sampler"]
 

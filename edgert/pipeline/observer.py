@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from edgert.pipeline.stats import PipelineStats
+from edgert.stats import PipelineStats
 
 __all__ = ["BaseObserver", "PipelineObserver"]
 

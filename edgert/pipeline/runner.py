@@ -236,7 +236,7 @@ class Pipeline:
     def run(self) -> dict[str, Any]:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
         from edgert.pipeline.hooks import RunHooks
-        from edgert.pipeline.processor import open_processor
+        from edgert.pipeline.processors import open_processor
 
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:

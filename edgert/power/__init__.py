@@ -18,15 +18,17 @@ from edgert.errors import ConfigError
 from edgert.power.budget import BudgetController, budget_admission
 from edgert.power.clock import Clock, ScaledClock
 from edgert.power.meter import PowerMeter, PowerReading
-from edgert.power.meters import METER_KINDS, open_meter
+from edgert.power.meters import METER_KINDS, METERS, MeterKind, meter_kinds, open_meter, register_meter
 from edgert.power.null import NullMeter
 from edgert.power.sampler import PowerSampler, Sample
 from edgert.power.simulated import SimulatedBoard
 
 __all__ = [
+    "METERS",
     "METER_KINDS",
     "BudgetController",
     "Clock",
+    "MeterKind",
     "NullMeter",
     "PowerMeter",
     "PowerReading",
@@ -35,8 +37,10 @@ __all__ = [
     "ScaledClock",
     "SimulatedBoard",
     "budget_admission",
+    "meter_kinds",
     "open_meter",
     "parse_watts",
+    "register_meter",
 ]
 
 _WATTS = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(mw|w|kw)?\s*$", re.IGNORECASE)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from edgert.errors import ReportError
-from edgert.pipeline.stats import STAGES
 from edgert.report.page import check_writable, page, table, write_page
 from edgert.report.series import SeriesRecorder
 from edgert.report.svg import PALETTE, Plot, fmt
+from edgert.stats import STAGES
 
 __all__ = ["STAGE_COLORS", "ReportObserver", "attach_report", "run_report"]
 

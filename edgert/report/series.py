@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgert.pipeline.observer import BaseObserver
-from edgert.pipeline.stats import STAGES, LatencyRing, PipelineStats
+from edgert.stats import STAGES, LatencyRing, PipelineStats
 
 __all__ = ["SeriesRecorder"]
 

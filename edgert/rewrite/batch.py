@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from edgert._lazy import lazy_import
-from edgert.errors import ModelError
+from edgert.atomic_file import replace_file, sha256_file
+from edgert.errors import ModelError, first_line
 
 __all__ = [
     "BATCH_DIM",
@@ -803,7 +803,7 @@ def _probe(model: onnx.ModelProto, feed: dict[str, np.ndarray], label: str) -> d
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
         values = sess.run(names, feed)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise BatchRewriteError(f"{label}: ONNX Runtime cannot run the model at batch 1 to trace its shapes: "
                                 f"{first}") from None
     vals.update({n: np.asarray(v) for n, v in zip(names, values)})
@@ -1039,30 +1039,6 @@ def batch_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "edgert" / "batch"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 # Part of the cache key with the source's sha256: bump it when the rewrite changes what it writes.
 _RECORD_VERSION = 1
 
@@ -1078,7 +1054,7 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
     src = Path(model_path)
     if not src.is_file():
         raise ModelError(f"{src}: model file not found")
-    sha = _sha256(src)
+    sha = sha256_file(src)
     root = Path(cache_dir) if cache_dir is not None else batch_cache_dir()
     out = root / f"{src.stem}-{sha[:12]}.batch.onnx"
     rec_path = out.with_suffix(".json")
@@ -1091,11 +1067,11 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
             raise BatchRewriteError(str(rec["error"]))
         if rec.get("already_dynamic"):
             return src
-        if out.is_file() and rec.get("sha256") and rec["sha256"] == _sha256(out):
+        if out.is_file() and rec.get("sha256") and rec["sha256"] == sha256_file(out):
             return out
     proto, label = _load(src)
     if has_dynamic_batch(proto):
-        _write_atomic(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
+        replace_file(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
                                              "already_dynamic": True}, indent=2) + "\n").encode())
         return src
     try:
@@ -1103,13 +1079,13 @@ def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = No
         checked = check_batch_rewrite(proto, res.model, check, label=label) if check else []
     except BatchRewriteError as exc:
         msg = str(exc)
-        _write_atomic(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
+        replace_file(rec_path, (json.dumps({"version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
                                              "error": msg}, indent=2) + "\n").encode())
         raise
 
     data = res.model.SerializeToString()
-    _write_atomic(out, data)
-    _write_atomic(rec_path, (json.dumps({
+    replace_file(out, data)
+    replace_file(rec_path, (json.dumps({
         "version": _RECORD_VERSION, "source": str(src), "source_sha256": sha,
         "sha256": hashlib.sha256(data).hexdigest(), "changes": list(res.changes), "check": checked,
     }, indent=2) + "\n").encode())

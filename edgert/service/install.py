@@ -15,12 +15,12 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgert._package_data import read_text
+from edgert.atomic_file import replace_file
 from edgert.config import PipelineConfig, load_config
 from edgert.errors import ServiceError
 from edgert.service.unit import (
@@ -134,19 +134,6 @@ def plan_install(config_path: str | Path, name: str, *, user: str = "edgert", un
     return InstallPlan(config, options, Path(unit_dir) / unit, env_path, text)
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("systemctl")
     if exe is None:
@@ -184,7 +171,7 @@ def install(plan: InstallPlan, start: bool = True) -> list[str]:
             raise ServiceError(f"user {user} does not exist: run as root to create it, or pass --user USER")
         _create_user(user)
     try:
-        _write_atomic(plan.unit_path, plan.unit_text)
+        replace_file(plan.unit_path, plan.unit_text)
     except PermissionError:
         raise ServiceError(f"cannot write {plan.unit_path}: run with sudo, or pass --unit-dir") from None
     told = [f"wrote {plan.unit_path}"]
@@ -192,7 +179,7 @@ def install(plan: InstallPlan, start: bool = True) -> list[str]:
         example = read_text("edgert.service", "templates/edgert.env")
         try:
             # 0600: the file may come to hold secrets (the MQTT broker's password); systemd reads it as root.
-            _write_atomic(plan.env_path, example, mode=0o600)
+            replace_file(plan.env_path, example, mode=0o600)
         except PermissionError:
             raise ServiceError(f"cannot write {plan.env_path}: run with sudo, or pass --env-file") from None
         told.append(f"wrote {plan.env_path}")

@@ -125,7 +125,7 @@ class MetricsObserver:
     """A pipeline observer that remembers what the metrics endpoint reports. Cheap per frame."""
 
     def __init__(self, pipeline: str = "") -> None:
-        from edgert import __version__
+        from edgert._version import __version__
 
         self._lock = threading.Lock()
         self._info: dict[str, object] = {"pipeline": pipeline, "version": __version__, "model": "",

@@ -321,7 +321,9 @@ def engine_path(config: PipelineConfig, name: str, model: Path | None) -> Path |
     The engine goes to the service's cache (``model.engine_cache``, else ``/var/cache/edgert/NAME``),
     not beside the model: the model folder stays read-only for the service.
     """
-    if model is None or model.suffix.lower() != ".onnx" or config.model.backend not in ("tensorrt", "tensorrt-rtx"):
+    from edgert.backends import builds_engines
+
+    if model is None or model.suffix.lower() != ".onnx" or not builds_engines(config.model.backend):
         return None  # ONNX Runtime reads the ONNX file itself; an engine given directly needs no build
     return Path(config.model.engine_cache or f"/var/cache/edgert/{name}") / (model.stem + ".engine")
 

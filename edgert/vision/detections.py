@@ -123,7 +123,7 @@ class Detections:
         if frame is None:
             raise InputError("Detections.plot: no image to draw on. Note: pass plot(frame), or call the Detector "
                              "on the image itself")
-        from edgert.vision.draw import draw_detections  # draw imports this module
+        from edgert.vision.draw import draw_detections  # OpenCV is loaded only when a frame is drawn
 
         return draw_detections(np.array(frame, dtype=np.uint8, copy=True), self, labels=labels)
 

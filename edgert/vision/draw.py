@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgert._lazy import lazy_import
-from edgert.vision.detections import Detections
+
+if TYPE_CHECKING:
+    from edgert.vision.detections import Detections  # for annotations only: detections imports this module
 
 __all__ = ["class_color", "draw_analytics", "draw_detections"]
 

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
-from edgert.vision.sinks import FrameResult, Sink, StreamInfo, event_records, frame_record
+from edgert.vision.sinks.base import FrameResult, Sink, StreamInfo, event_records, frame_record
 
 __all__ = ["ENV_PASSWORD", "ENV_USERNAME", "MqttSink"]
 

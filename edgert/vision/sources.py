@@ -36,6 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
@@ -45,7 +46,8 @@ import numpy as np
 
 from edgert._lazy import lazy_import
 from edgert.config import SourceConfig
-from edgert.errors import SourceError
+from edgert.errors import SourceError, last_line
+from edgert.vision.uri import file_path_text, insert_row, scheme
 
 __all__ = [
     "FILE_TIMEOUT_S",
@@ -54,15 +56,19 @@ __all__ = [
     "SKIP_DAMAGED_END",
     "SKIP_UNDECODABLE",
     "SKIP_UNREADABLE_IMAGE",
+    "SOURCES",
     "FrameSource",
     "ImageFilesSource",
     "LiveSource",
     "RepeatedWarning",
+    "SourceKind",
     "VideoFileSource",
     "csi_pipeline",
     "gstreamer_available",
     "open_source",
+    "register_source",
     "rtsp_pipeline",
+    "source_help",
 ]
 
 log = logging.getLogger(__name__)
@@ -570,7 +576,7 @@ class LiveSource(FrameSource):
         try:
             cap = self._opener()
         except Exception as exc:  # OpenCV raises cv2.error, a plain Exception subclass
-            raise SourceError(f"{self.uri}: cannot open: {str(exc).strip().splitlines()[-1]}") from exc
+            raise SourceError(f"{self.uri}: cannot open: {last_line(exc)}") from exc
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
@@ -634,7 +640,7 @@ class LiveSource(FrameSource):
                 try:
                     ok, frame = cap.read(spare) if spare is not None else cap.read()
                 except Exception as exc:  # a driver error mid-stream: treat like a lost stream
-                    log.warning("%s: read failed: %s", self.uri, str(exc).strip().splitlines()[-1])
+                    log.warning("%s: read failed: %s", self.uri, last_line(exc))
                     ok, frame = False, None
                 if not ok or frame is None:
                     if self._current(generation):
@@ -754,49 +760,60 @@ def _need_gstreamer(uri: str) -> None:
         )
 
 
-def open_source(source: SourceConfig | str) -> FrameSource:
-    """The source for a URI (or a :class:`SourceConfig`), not yet opened: use it in a ``with`` block."""
-    config = SourceConfig(uri=source) if isinstance(source, str) else source
-    uri = config.uri.strip()
-    if not uri:
-        raise SourceError("no source given. Note: pass --source URI (a video, image, folder, /dev/videoN, csi://N, "
-                          "rtsp://...)")
+def _csi(uri: str, config: SourceConfig) -> FrameSource:
+    sensor = uri[len("csi://"):] or "0"
+    if not sensor.isdigit():
+        raise SourceError(f"{uri}: expected csi://N with N the sensor id")
+    _need_gstreamer(uri)
     width, height, fps = config.width or 1280, config.height or 720, config.fps or 30.0
+    pipeline = csi_pipeline(int(sensor), width, height, fps, config.sensor_mode, config.flip)
+    return LiveSource(uri, _gst_opener(pipeline), kind="csi", timeout=config.timeout_s)
 
-    if uri.startswith("csi://"):
-        sensor = uri[len("csi://"):] or "0"
-        if not sensor.isdigit():
-            raise SourceError(f"{uri}: expected csi://N with N the sensor id")
-        _need_gstreamer(uri)
-        pipeline = csi_pipeline(int(sensor), width, height, fps, config.sensor_mode, config.flip)
-        return LiveSource(uri, _gst_opener(pipeline), kind="csi", timeout=config.timeout_s)
-    if uri.startswith("gst://"):
-        pipeline = uri[len("gst://"):].strip()
-        last = pipeline.rsplit("!", 1)[-1].strip()
-        if not last.startswith("appsink"):
-            raise SourceError(f"{uri}: a gst:// pipeline must end in appsink (e.g. '... ! videoconvert ! appsink')")
-        _need_gstreamer(uri)
-        return LiveSource(uri, _gst_opener(pipeline), kind="gstreamer", timeout=config.timeout_s)
-    if uri.startswith(("rtsp://", "rtsps://")):
-        if gstreamer_available():
-            from edgert.platform import jetson_info
 
-            codec = "h265" if (config.fourcc or "").upper() in ("H265", "HEVC") else "h264"
-            jetson = bool(jetson_info().get("is_jetson"))
-            return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp",
-                              timeout=config.timeout_s)
-        return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp", timeout=config.timeout_s)
-    if uri.startswith(("http://", "https://")):
-        return LiveSource(uri, _ffmpeg_opener(uri), kind="stream", timeout=config.timeout_s)
+def _gstreamer(uri: str, config: SourceConfig) -> FrameSource:
+    pipeline = uri[len("gst://"):].strip()
+    last = pipeline.rsplit("!", 1)[-1].strip()
+    if not last.startswith("appsink"):
+        raise SourceError(f"{uri}: a gst:// pipeline must end in appsink (e.g. '... ! videoconvert ! appsink')")
+    _need_gstreamer(uri)
+    return LiveSource(uri, _gst_opener(pipeline), kind="gstreamer", timeout=config.timeout_s)
+
+
+def _rtsp(uri: str, config: SourceConfig) -> FrameSource:
+    if gstreamer_available():
+        from edgert.platform import jetson_info
+
+        codec = "h265" if (config.fourcc or "").upper() in ("H265", "HEVC") else "h264"
+        jetson = bool(jetson_info().get("is_jetson"))
+        return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp",
+                          timeout=config.timeout_s)
+    return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp", timeout=config.timeout_s)
+
+
+def _stream(uri: str, config: SourceConfig) -> FrameSource:
+    return LiveSource(uri, _ffmpeg_opener(uri), kind="stream", timeout=config.timeout_s)
+
+
+def _is_camera(uri: str) -> bool:
+    return uri.startswith("v4l2://") or uri.isdigit() or re.fullmatch(r"/dev/video\d+", uri) is not None
+
+
+def _v4l2(uri: str, config: SourceConfig) -> FrameSource:
     if uri.startswith("v4l2://"):
-        device = uri[len("v4l2://"):]
-        return _camera(uri, device, config)
-    if uri.isdigit():
-        return _camera(uri, f"/dev/video{uri}", config)
-    if re.fullmatch(r"/dev/video\d+", uri):
-        return _camera(uri, uri, config)
+        return _camera(uri, uri[len("v4l2://"):], config)
+    return _camera(uri, f"/dev/video{uri}" if uri.isdigit() else uri, config)
 
-    path_text = uri[len("file://"):] if uri.startswith("file://") else uri
+
+def _is_images(uri: str) -> bool:
+    path_text = file_path_text(uri)
+    if any(ch in path_text for ch in "*?["):
+        return True
+    path = Path(path_text).expanduser()
+    return path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def _images(uri: str, config: SourceConfig) -> FrameSource:
+    path_text = file_path_text(uri)
     if any(ch in path_text for ch in "*?["):
         paths = _image_paths(path_text)
         if not paths:
@@ -808,11 +825,59 @@ def open_source(source: SourceConfig | str) -> FrameSource:
         if not paths:
             raise SourceError(f"{path}: folder has no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
         return ImageFilesSource(uri, paths, config.loop)
-    if path.suffix.lower() in IMAGE_SUFFIXES:
-        if not path.exists():
-            raise SourceError(f"{path}: image file not found")
-        return ImageFilesSource(uri, [path], config.loop)
-    return VideoFileSource(uri, path, config.loop, timeout=config.timeout_s)
+    if not path.exists():
+        raise SourceError(f"{path}: image file not found")
+    return ImageFilesSource(uri, [path], config.loop)
+
+
+def _video(uri: str, config: SourceConfig) -> FrameSource:
+    return VideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s)
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One kind of source: ``accepts(uri)`` says whether a (stripped) URI is of this kind, ``make(uri, config)``
+    builds the source (not opened), ``example`` is how a user writes it."""
+
+    name: str
+    example: str
+    accepts: Callable[[str], bool]
+    make: Callable[[str, SourceConfig], FrameSource]
+
+
+#: Every source kind, in the order URIs are matched: schemes first, then cameras, images, and last a video
+#: file (which takes any other path). To add a source: a :class:`FrameSource` and one row here (before
+#: ``video``, or through :func:`register_source`).
+SOURCES: list[SourceKind] = [
+    SourceKind("csi", "csi://N", scheme("csi://"), _csi),
+    SourceKind("gstreamer", "gst://... ! appsink", scheme("gst://"), _gstreamer),
+    SourceKind("rtsp", "rtsp://...", scheme("rtsp://", "rtsps://"), _rtsp),
+    SourceKind("stream", "http://...", scheme("http://", "https://"), _stream),
+    SourceKind("v4l2", "/dev/videoN (or N, v4l2://DEVICE)", _is_camera, _v4l2),
+    SourceKind("images", "an image, a folder of images, a glob", _is_images, _images),
+    SourceKind("video", "a video file", lambda uri: True, _video),
+]
+
+
+def register_source(kind: SourceKind, before: str = "video") -> None:
+    """Add a source kind (a plugin, a test), tried ahead of the row named ``before``."""
+    insert_row(SOURCES, kind, before)
+
+
+def source_help() -> str:
+    """How every source kind is written, for help texts."""
+    return ", ".join(row.example for row in SOURCES)
+
+
+def open_source(source: SourceConfig | str) -> FrameSource:
+    """The source for a URI (or a :class:`SourceConfig`), not yet opened: use it in a ``with`` block."""
+    config = SourceConfig(uri=source) if isinstance(source, str) else source
+    uri = config.uri.strip()
+    if not uri:
+        raise SourceError("no source given. Note: pass --source URI (a video, image, folder, /dev/videoN, csi://N, "
+                          "rtsp://...)")
+    row = next(row for row in SOURCES if row.accepts(uri))
+    return row.make(uri, config)
 
 
 def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:

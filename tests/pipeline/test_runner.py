@@ -14,7 +14,7 @@ import pytest
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import SourceError
 from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, PipelineStats
-from edgert.pipeline.processor import open_processor
+from edgert.pipeline.processors import open_processor
 from edgert.pipeline.stats import LatencyRing
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from edgert.vision.sources import FrameSource, open_source

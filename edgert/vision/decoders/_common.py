@@ -8,10 +8,12 @@ from __future__ import annotations
 import ast
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from edgert.config import DecodeConfig
+from edgert.decoder_kinds import DECODERS
 from edgert.errors import ModelError
 from edgert.types import Dim, TensorSpec
 from edgert.vision.coco import COCO_NAMES
@@ -70,10 +72,50 @@ def resolve_names(config: DecodeConfig, metadata: Mapping[str, str], num_classes
     return ()
 
 
+def no_match(specs: Sequence[TensorSpec], why: str = "") -> ModelError:
+    kinds = "; ".join(f"{k} {v}" for k, v in ((k, v.outputs) for k, v in DECODERS.items()))
+    extra = f" ({why})" if why else ""
+    return ModelError(
+        f"model outputs {describe_outputs(specs)} match no detection decoder{extra}. "
+        f"Note: valid decode.kind values are {kinds}"
+    )
+
+
+def meta_flag(metadata: Mapping[str, str], key: str) -> bool:
+    """True when Ultralytics metadata says so, directly (``end2end``) or in the export ``args``."""
+    if str(metadata.get(key, "")).strip().lower() == "true":
+        return True
+    raw = metadata.get("args")
+    if raw:
+        try:
+            args = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return False
+        if isinstance(args, dict):
+            return bool(args.get(key))
+    return False
+
+
+def single_output(specs: Sequence[TensorSpec]) -> TensorSpec | None:
+    """The one rank-3 output (some YOLOv5 exports add raw head outputs of rank 5 beside it)."""
+    rank3 = [s for s in specs if len(s.shape) == 3]
+    return rank3[0] if len(rank3) == 1 else None
+
+
 class DecoderBase:
     """Thresholds, class filter, NMS and the mapping back to the frame, shared by the decoders."""
 
     kind = "?"
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        """Whether ``decode.kind: auto`` should take this decoder for a model with these outputs."""
+        return False
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> Any:
+        """This decoder for a model with these outputs, or a one-line :class:`ModelError` saying why not."""
+        raise no_match(specs, f"decode.kind {cls.kind} cannot be chosen")
 
     def __init__(self, config: DecodeConfig, names: tuple[str, ...]) -> None:
         self.config = config
@@ -128,3 +170,35 @@ def cxcywh_to_xyxy(b: np.ndarray) -> np.ndarray:
     np.add(b[0], half_w, out=out[:, 2])
     np.add(b[1], half_h, out=out[:, 3])
     return out
+
+
+class SingleOutputDecoder(DecoderBase):
+    """A decoder of one rank-3 output ``[1, A, B]``: a subclass says which (A, B) it takes (``fits``, for
+    ``auto``) and how many classes they carry (``num_classes``, raising :func:`no_match` when they cannot be
+    its layout)."""
+
+    def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
+        super().__init__(config, names)
+        self.output = output
+
+    @classmethod
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
+        return False
+
+    @classmethod
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
+        """The class count the output dims give (None: dynamic), or a one-line ModelError."""
+        return None
+
+    @classmethod
+    def recognizes(cls, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+        single = single_output(specs)
+        return single is not None and cls.fits(fixed(single.shape[1]), fixed(single.shape[2]), metadata)
+
+    @classmethod
+    def from_outputs(cls, config: DecodeConfig, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> Any:
+        single = single_output(specs)
+        if single is None:
+            raise no_match(specs, f"decode.kind {cls.kind} needs one rank-3 output")
+        classes = cls.num_classes(specs, fixed(single.shape[1]), fixed(single.shape[2]))
+        return cls(config, resolve_names(config, metadata, classes), single.name)

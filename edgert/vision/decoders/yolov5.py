@@ -6,25 +6,35 @@ Since a score never exceeds its objectness, rows are filtered on objectness firs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
-from edgert.vision.decoders._common import DecoderBase, cxcywh_to_xyxy
+from edgert.types import TensorSpec
+from edgert.vision.decoders._common import SingleOutputDecoder, cxcywh_to_xyxy, no_match
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["YoloV5Decoder"]
 
 
-class YoloV5Decoder(DecoderBase):
+class YoloV5Decoder(SingleOutputDecoder):
     kind = "yolov5"
 
+    @classmethod
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
+        return b is not None and b >= 6 and (a is None or a > b)
+
+    @classmethod
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
+        if b is not None and b < 6:
+            raise no_match(specs, "decode.kind yolov5 needs [1,N,5+C] with C >= 1")
+        return None if b is None else b - 5
+
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
-        super().__init__(config, names)
-        self.output = output
+        super().__init__(config, names, output)
         self._mask: np.ndarray | None = None
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:

@@ -7,25 +7,35 @@ threshold get any per-box work (argmax, box conversion, NMS).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from edgert.config import DecodeConfig
 from edgert.errors import ModelError
-from edgert.vision.decoders._common import DecoderBase, cxcywh_to_xyxy
+from edgert.types import TensorSpec
+from edgert.vision.decoders._common import SingleOutputDecoder, cxcywh_to_xyxy, no_match
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["YoloV8Decoder"]
 
 
-class YoloV8Decoder(DecoderBase):
+class YoloV8Decoder(SingleOutputDecoder):
     kind = "yolov8"
 
+    @classmethod
+    def fits(cls, a: int | None, b: int | None, metadata: Mapping[str, str]) -> bool:
+        return a is not None and a >= 5 and (b is None or b > a)
+
+    @classmethod
+    def num_classes(cls, specs: Sequence[TensorSpec], a: int | None, b: int | None) -> int | None:
+        if a is not None and a < 5:
+            raise no_match(specs, "decode.kind yolov8 needs [1,4+C,N] with C >= 1")
+        return None if a is None else a - 4
+
     def __init__(self, config: DecodeConfig, names: tuple[str, ...], output: str) -> None:
-        super().__init__(config, names)
-        self.output = output
+        super().__init__(config, names, output)
         self._scratch: tuple[np.ndarray, np.ndarray] | None = None  # (best score, mask) per anchor
 
     def __call__(self, outputs: Mapping[str, np.ndarray], transform: LetterboxTransform) -> Detections:

@@ -21,8 +21,8 @@ from edgert._lazy import lazy_import
 from edgert._package_data import read_bytes
 from edgert.errors import SinkError
 from edgert.http_limits import BoundedHTTPServer
-from edgert.pipeline.stats import PipelineStats
-from edgert.vision.sinks import FrameResult, Sink, StreamInfo
+from edgert.stats import PipelineStats
+from edgert.vision.sinks.base import FrameResult, Sink, StreamInfo
 
 __all__ = ["WebPreviewSink"]
 

@@ -1,0 +1,154 @@
+"""Live pipeline statistics: frames, FPS, drops and per-stage latency percentiles.
+
+One :class:`PipelineStats` belongs to a running pipeline. The pipeline's threads write it; observers,
+the web preview and the final summary read it. Latencies go into fixed rings of preallocated float64
+arrays (the last :data:`WINDOW` frames per stage), so recording a frame allocates nothing; percentiles
+are computed only when someone asks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["STAGES", "WINDOW", "LatencyRing", "PipelineStats", "merged_quantiles_ms"]
+
+#: Stage names in pipeline order; ``total`` is capture start to sinks handed the frame.
+STAGES: tuple[str, ...] = ("capture", "preprocess", "infer", "postprocess", "sinks", "total")
+
+#: How many recent frames the latency percentiles and the live FPS cover.
+WINDOW = 1024
+
+
+class LatencyRing:
+    """The last ``size`` durations (seconds) of one stage, in a preallocated array."""
+
+    def __init__(self, size: int = WINDOW) -> None:
+        self._values = np.zeros(size, dtype=np.float64)
+        self._count = 0
+        self._sum = 0.0
+
+    def add(self, seconds: float) -> None:
+        self._values[self._count % self._values.shape[0]] = seconds
+        self._count += 1
+        self._sum += seconds
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def window(self) -> np.ndarray:
+        """A copy of the recent values (the writer may be filling the ring meanwhile)."""
+        return self._values[: min(self._count, self._values.shape[0])].copy()
+
+    def quantiles_ms(self) -> dict[str, float]:
+        """p50/p95/p99 and mean of the window in milliseconds (zeros before the first frame)."""
+        return _quantiles_ms(self.window())
+
+
+def _quantiles_ms(window: np.ndarray) -> dict[str, float]:
+    if window.size == 0:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+    p50, p95, p99 = np.percentile(window, [50, 95, 99]) * 1000.0
+    return {"p50": round(float(p50), 3), "p95": round(float(p95), 3), "p99": round(float(p99), 3),
+            "mean": round(float(window.mean()) * 1000.0, 3)}
+
+
+def merged_quantiles_ms(rings: list[LatencyRing]) -> dict[str, float]:
+    """Quantiles over the recent values of several rings together (one stage on several slots)."""
+    windows = [r.window() for r in rings]
+    return _quantiles_ms(np.concatenate(windows) if windows else np.zeros(0))
+
+
+class PipelineStats:
+    """Counters of one pipeline run, safe to read from any thread.
+
+    ``frames`` counts frames that went through every stage; ``dropped`` counts frames that never will
+    (stale live frames, corrupt frames) plus frames a slow sink skipped, by reason in ``drops``.
+    ``watts`` is filled by a power meter when one runs (the power helper sets it); None otherwise.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.frames = 0
+        self.detections = 0
+        self.watts: float | None = None
+        self.analytics_counts: dict[str, Any] | None = None  # counting lines and zones, for the metrics endpoint
+        self.drops: dict[str, int] = {}
+        self.latency: dict[str, LatencyRing] = {stage: LatencyRing() for stage in STAGES}
+        self.started_at: float | None = None  # perf_counter at the first admitted frame
+        self.first_done_at: float | None = None  # perf_counter when the first frame came out
+        self.last_done_at: float | None = None
+        self._done_times = np.zeros(64, dtype=np.float64)  # completion times for the live FPS
+
+    # -- writers (pipeline threads) -----------------------------------------------------------------
+    def mark_started(self) -> None:
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
+
+    def record_frame(self, timings: np.ndarray, detections: int) -> None:
+        """One frame done; ``timings`` holds seconds per stage in :data:`STAGES` order."""
+        now = time.perf_counter()
+        for stage, seconds in zip(STAGES, timings.tolist()):
+            self.latency[stage].add(seconds)
+        with self._lock:
+            self._done_times[self.frames % self._done_times.shape[0]] = now
+            self.frames += 1
+            self.detections += detections
+            if self.first_done_at is None:
+                self.first_done_at = now
+            self.last_done_at = now
+
+    def set_drops(self, reason: str, count: int) -> None:
+        """Set a drop counter that another object keeps (a source's stale frames, a sink's skips)."""
+        with self._lock:
+            self.drops[reason] = int(count)
+
+    # -- readers ------------------------------------------------------------------------------------
+    @property
+    def dropped(self) -> int:
+        with self._lock:
+            return sum(self.drops.values())
+
+    @property
+    def fps(self) -> float:
+        """Frames per second over the last up to 64 frames (live); 0.0 before two frames are done."""
+        with self._lock:
+            n = min(self.frames, self._done_times.shape[0])
+            if n < 2:
+                return 0.0
+            newest = self._done_times[(self.frames - 1) % self._done_times.shape[0]]
+            oldest = self._done_times[(self.frames - n) % self._done_times.shape[0]]
+        span = float(newest - oldest)
+        return (n - 1) / span if span > 0 else 0.0
+
+    @property
+    def average_fps(self) -> float:
+        """Frames per second from the first frame out to the last (excludes model load and warm-up)."""
+        with self._lock:
+            frames, first, last = self.frames, self.first_done_at, self.last_done_at
+        if frames < 2 or first is None or last is None or last <= first:
+            return 0.0
+        return (frames - 1) / (last - first)
+
+    def latency_ms(self) -> dict[str, dict[str, float]]:
+        return {stage: ring.quantiles_ms() for stage, ring in self.latency.items()}
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready picture of now (the web preview's /stats.json)."""
+        with self._lock:
+            drops = dict(self.drops)
+            frames, detections = self.frames, self.detections
+        return {
+            "frames": frames,
+            "fps": round(self.fps, 2),
+            "average_fps": round(self.average_fps, 2),
+            "dropped": sum(drops.values()),
+            "drops": drops,
+            "detections": detections,
+            "latency_ms": self.latency_ms(),
+            "watts": None if self.watts is None else round(float(self.watts), 3),
+        }
