@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -30,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ASSETS = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+from _bench import assets_dir
+
+ASSETS = assets_dir()
 MODELS = {
     "nanodet": ASSETS / "models/detection/nanodet-m-416-coco-v8layout.onnx",
     "yolov8s": ASSETS / "models/detection/yolov8s-fall-640.onnx",
