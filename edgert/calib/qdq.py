@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgert.calib.histograms import QUANT_LEVELS, safe_amax
 from edgert.errors import CalibrationError
+from edgert.rewrite.graph import WEIGHTED, activation_graph
 
 __all__ = [
     "DEFAULT_OPS",
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 DEFAULT_OPS: tuple[str, ...] = (
     "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Add",
 )
-_WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 _POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool")
 MIN_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
 
@@ -165,17 +165,6 @@ def _pads_nonfinite(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     return value is not None and not math.isfinite(value)
 
 
-_SHAPE_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity")
-
-
-def _reads_softmax(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto]) -> bool:
-    """Whether ``node``'s first input is a Softmax output, possibly reshaped or transposed."""
-    src = producer.get(node.input[0]) if node.input else None
-    while src is not None and src.op_type in _SHAPE_OPS:
-        src = producer.get(src.input[0]) if src.input else None
-    return src is not None and src.op_type == "Softmax"
-
-
 def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS,
                       exclude_nodes: Collection[str] = (), nonfinite: Collection[str] = ()) -> GraphPlan:
     """Decide which layers run in INT8. ``model`` must come from :func:`prepare_model`."""
@@ -184,34 +173,10 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
     floats = _float_tensors(model) | {n for n, i in inits.items() if i.data_type == TensorProto.FLOAT}
     graph_inputs = [i.name for i in g.input if i.name not in inits]
 
-    # Activations: tensors computed (transitively) from the graph inputs. Shape and constant subgraphs
-    # (NanoDet builds its anchor grid from initializers) are not activations.
-    dynamic: set[str] = set(graph_inputs)
-    producer: dict[str, onnx.NodeProto] = {}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    dynamic_nodes: list[onnx.NodeProto] = []
-    for node in g.node:
-        for t in node.input:
-            consumers.setdefault(t, []).append(node)
-        for t in node.output:
-            producer[t] = node
-        if any(t in dynamic for t in node.input):
-            dynamic_nodes.append(node)
-            dynamic.update(t for t in node.output if t)
-
-    # The tail: nodes with no Conv at or after them. Models without convolutions anchor on matmuls.
-    # A Conv or MatMul that reads a Softmax (through shape-only ops) is decoding, not a layer: YOLOv8's
-    # DFL conv and NanoDet's projection take the expectation of a distribution over box offsets.
-    decoding = {n.name for n in dynamic_nodes if n.op_type in _WEIGHTED and _reads_softmax(n, producer)}
-    anchor_ops: tuple[str, ...] = ("Conv", "ConvTranspose")
-    if not any(n.op_type in anchor_ops and n.name not in decoding for n in dynamic_nodes):
-        anchor_ops = ("Gemm", "MatMul")
-    anchored: set[str] = set()
-    for node in reversed(list(g.node)):
-        if (node.op_type in anchor_ops and node.name not in decoding) or any(
-            c.name in anchored for t in node.output for c in consumers.get(t, [])
-        ):
-            anchored.add(node.name)
+    # Activations, producers and consumers, and the layers the decoding tail comes after (edgert.rewrite.graph:
+    # the FP16 conversion keeps the same tail in float).
+    act = activation_graph(model)
+    dynamic, producer, dynamic_nodes, anchored = act.dynamic, act.producer, act.dynamic_nodes, act.anchored
     tail_nodes = [n.name for n in dynamic_nodes if n.name not in anchored]
     tail_tensors = {t for n in dynamic_nodes if n.name not in anchored for t in n.output if t}
 
@@ -273,7 +238,7 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             ins = [t for t in node.input if t]
             if len(ins) != 2 or not all(is_act(t) for t in ins):
                 continue  # adding a constant (bias, offset): nothing to fuse
-            from_weighted = [producer.get(t) is not None and producer[t].op_type in _WEIGHTED for t in ins]
+            from_weighted = [producer.get(t) is not None and producer[t].op_type in WEIGHTED for t in ins]
             if not any(from_weighted) or all(from_weighted):
                 continue  # TensorRT fuses the residual Add into the Conv producing one of its inputs
             acts = [t for t, fw in zip(ins, from_weighted) if not fw]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from onnx import TensorProto, numpy_helper
 
 from edgert._lazy import lazy_import
 from edgert.errors import ModelError
+from edgert.rewrite.graph import WEIGHTED, activation_graph
 
 __all__ = [
     "FP32_OPS",
@@ -55,8 +56,6 @@ FP32_OPS: tuple[str, ...] = (
     "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
     "ReduceMean", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp",
 )
-_WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-_SHAPE_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 FP16_MAX = 65504.0
 #: Ops of the converter's default block list that ONNX Runtime (CPU and CUDA), TensorRT and TensorRT-RTX
@@ -86,43 +85,10 @@ def converter_version() -> str:
     return str(getattr(occ, "__version__", "?"))
 
 
-def _reads_softmax(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto]) -> bool:
-    src = producer.get(node.input[0]) if node.input else None
-    while src is not None and src.op_type in _SHAPE_OPS:
-        src = producer.get(src.input[0]) if src.input else None
-    return src is not None and src.op_type == "Softmax"
-
-
 def decoding_tail(model: onnx.ModelProto) -> list[str]:
     """Names of the nodes after the last (non-decoding) Conv on the way to the outputs; models without
     convolutions anchor on Gemm/MatMul. Nodes must be named (see :func:`_named`)."""
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-    dynamic = {i.name for i in g.input if i.name not in inits}
-    producer: dict[str, onnx.NodeProto] = {}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    dynamic_nodes: list[onnx.NodeProto] = []
-    for node in g.node:
-        for t in node.input:
-            consumers.setdefault(t, []).append(node)
-        for t in node.output:
-            producer[t] = node
-        if any(t in dynamic for t in node.input):
-            dynamic_nodes.append(node)
-            dynamic.update(t for t in node.output if t)
-    decoding = {n.name for n in dynamic_nodes if n.op_type in _WEIGHTED and _reads_softmax(n, producer)}
-    anchor_ops: tuple[str, ...] = ("Conv", "ConvTranspose")
-    if not any(n.op_type in anchor_ops and n.name not in decoding for n in dynamic_nodes):
-        anchor_ops = ("Gemm", "MatMul")
-    anchored: set[str] = set()
-    for node in reversed(list(g.node)):
-        if (node.op_type in anchor_ops and node.name not in decoding) or any(
-            c.name in anchored for t in node.output for c in consumers.get(t, [])
-        ):
-            anchored.add(node.name)
-    if not anchored:
-        return []  # no layer to anchor on: nothing is "tail", the op list alone decides
-    return [n.name for n in dynamic_nodes if n.name not in anchored]
+    return activation_graph(model).tail_nodes
 
 
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -161,7 +127,7 @@ def fp16_state(model: onnx.ModelProto) -> str:
     if any(n.op_type in _QDQ for n in g.node):
         return "qdq"
     types = _elem_types(model)
-    weighted = [n for n in g.node if n.op_type in _WEIGHTED and n.input]
+    weighted = [n for n in g.node if n.op_type in WEIGHTED and n.input]
     kinds = {types.get(n.input[0]) for n in weighted}
     if TensorProto.FLOAT16 in kinds:
         return "float16"

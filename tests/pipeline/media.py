@@ -8,6 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from edgert.errors import SourceError
+from edgert.vision.sources import FrameSource
+
 
 def make_video(path: Path, frames: int = 30, size: tuple[int, int] = (96, 64), fps: float = 10.0,
                fourcc: str = "MJPG") -> Path:
@@ -81,3 +84,23 @@ def no_decoder_model(path: Path, size: int = 32) -> Path:
     y = helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 3 * size * size])
     graph = helper.make_graph([helper.make_node("Flatten", ["images"], ["features"])], "features", [x], [y])
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+class VanishingCamera(FrameSource):
+    """A real source whose device disappears for good after ``n`` frames."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__("vanishing://")
+        self.n = n
+
+    def open(self) -> None:
+        self.width, self.height, self._opened = 96, 64, True
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        if self.n == 0:
+            raise SourceError("vanishing://: device removed")
+        self.n -= 1
+        return np.zeros((64, 96, 3), np.uint8) if out is None else out
+
+    def close(self) -> None:
+        self._opened = False

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
-from edgert.errors import ConfigError, SourceError
+from edgert.errors import ConfigError
 from edgert.pipeline import Pipeline
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
-from edgert.vision.sources import FrameSource
-from tests.pipeline.media import make_video, tiny_detector
+from tests.pipeline.media import VanishingCamera, make_video, tiny_detector
 
 pytest.importorskip("cv2")
 pytest.importorskip("onnxruntime")
@@ -155,26 +154,6 @@ def test_duplicate_source_names_are_refused(media: dict[str, object], tmp_path: 
         load_config(cfg)
 
 
-class _Vanishing(FrameSource):
-    """A real source whose device disappears for good after ``n`` frames."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__("vanishing://cam")
-        self.n = n
-
-    def open(self) -> None:
-        self.width, self.height, self._opened = 96, 64, True
-
-    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
-        if self.n == 0:
-            raise SourceError("vanishing://cam: device removed")
-        self.n -= 1
-        return np.zeros((64, 96, 3), np.uint8) if out is None else out
-
-    def close(self) -> None:
-        self._opened = False
-
-
 def test_a_source_that_vanishes_does_not_stop_the_others(media: dict[str, object], tmp_path: Path) -> None:
     from edgert.vision.sources import open_source
 
@@ -182,7 +161,7 @@ def test_a_source_that_vanishes_does_not_stop_the_others(media: dict[str, object
     assert isinstance(videos, list)
     events = tmp_path / "e.jsonl"
     config = PipelineConfig(model=ModelConfig(path=str(media["model"])))
-    sources = [open_source(str(videos[2])), _Vanishing(5)]
+    sources = [open_source(str(videos[2])), VanishingCamera(5)]
     summary = Pipeline(config, sources=sources, sinks=[f"jsonl://{events}"], handle_signals=False).run()
     per = {s["name"]: s for s in summary["sources"]}
     assert per["0"]["frames"] == COUNTS[2] and per["0"]["ended"] == "end of input"

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
@@ -17,8 +16,8 @@ from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, Pi
 from edgert.pipeline.processors import open_processor
 from edgert.pipeline.stats import LatencyRing
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
-from edgert.vision.sources import FrameSource, open_source
-from tests.pipeline.media import make_video, tiny_detector
+from edgert.vision.sources import open_source
+from tests.pipeline.media import VanishingCamera, make_video, tiny_detector
 
 pytest.importorskip("cv2")
 pytest.importorskip("onnxruntime")
@@ -130,29 +129,9 @@ def test_request_stop_from_another_thread_finishes_in_flight_frames(media: dict[
     assert recorder.events[-1][0] == "stop"
 
 
-class _VanishingCamera(FrameSource):
-    """A real source whose device disappears for good after ``n`` frames."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__("vanishing://")
-        self.n = n
-
-    def open(self) -> None:
-        self.width, self.height, self._opened = 96, 64, True
-
-    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
-        if self.n == 0:
-            raise SourceError("vanishing://: device removed")
-        self.n -= 1
-        return np.zeros((64, 96, 3), np.uint8) if out is None else out
-
-    def close(self) -> None:
-        self._opened = False
-
-
 def test_a_stage_error_stops_the_pipeline_and_is_raised(media: dict[str, Path]) -> None:
     recorder = Recorder()
-    pipeline = Pipeline(_config(media), source=_VanishingCamera(5), observers=[recorder], handle_signals=False)
+    pipeline = Pipeline(_config(media), source=VanishingCamera(5), observers=[recorder], handle_signals=False)
     with pytest.raises(SourceError, match="device removed"):
         pipeline.run()
     assert recorder.events[-1][0] == "stop" and "device removed" in recorder.events[-1][1]["error"]
