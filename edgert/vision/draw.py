@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from edgert._lazy import lazy_import
 
-if TYPE_CHECKING:
-    from edgert.vision.detections import Detections  # for annotations only: detections imports this module
+__all__ = ["Boxes", "class_color", "draw_analytics", "draw_detections"]
 
-__all__ = ["class_color", "draw_analytics", "draw_detections"]
+
+class Boxes(Protocol):
+    """What drawing reads of a :class:`~edgert.vision.detections.Detections` (which imports this module for
+    ``plot()``: naming the class here would tie the two into a circle)."""
+
+    @property
+    def xyxy(self) -> np.ndarray: ...
+
+    @property
+    def confidence(self) -> np.ndarray: ...
+
+    @property
+    def class_id(self) -> np.ndarray: ...
+
+    @property
+    def track_id(self) -> np.ndarray | None: ...
+
+    def __len__(self) -> int: ...
+
+    def class_name(self, class_id: int) -> str: ...
+
 
 # A fixed palette (Ultralytics' colours, BGR) so a class keeps its colour across frames and runs.
 _PALETTE_HEX = (
@@ -47,7 +66,7 @@ def class_color(class_id: int) -> tuple[int, int, int]:
 
 
 def draw_detections(
-    frame_bgr: np.ndarray, detections: Detections, thickness: int = 2, font_scale: float = 0.5, labels: bool = True
+    frame_bgr: np.ndarray, detections: Boxes, thickness: int = 2, font_scale: float = 0.5, labels: bool = True
 ) -> np.ndarray:
     """Draw boxes and ``name 0.87`` labels onto ``frame_bgr`` in place; returns the same array."""
     if not len(detections):
