@@ -77,6 +77,8 @@ class PipelineStats:
         self.detections = 0
         self.watts: float | None = None
         self.analytics_counts: dict[str, Any] | None = None  # counting lines and zones, for the metrics endpoint
+        #: per-source figures (name -> frames, fps, dropped, reconnects), refreshed by the pipeline every few frames
+        self.sources: dict[str, dict[str, float]] = {}
         self.drops: dict[str, int] = {}
         self.latency: dict[str, LatencyRing] = {stage: LatencyRing() for stage in STAGES}
         self.started_at: float | None = None  # perf_counter at the first admitted frame

@@ -661,7 +661,11 @@ class Pipeline:
             feed.first_done = done
         feed.last_done = done
         self._update_drops()
-        if feed.stages and feed.index == 0 and feed.done % 10 == 1:  # the metrics endpoint reads these
+        if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
+            self.stats.sources = {**self.stats.sources, feed.name: {
+                "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
+                "reconnects": int(getattr(feed.source, "reconnects", 0))}}
+        if feed.stages and feed.index == 0 and feed.done % 10 == 1:
             self.stats.analytics_counts = feed.stages[-1].summary().get("counts")
         f.detections = None
         feed.free.put(f)

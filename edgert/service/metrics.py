@@ -95,10 +95,27 @@ def render_metrics(stats: Any | None, info: Mapping[str, object], ready: bool, s
         watts = getattr(stats, "watts", None)
         if watts is not None:
             family("edgert_power_watts", "gauge", "Board or GPU power draw measured by the power meter.").add(watts)
+        sources = getattr(stats, "sources", None)
+        if sources:
+            _source_families(family, sources)
         counts = getattr(stats, "analytics_counts", None)
         if counts:
             _analytics_families(family, counts)
     return "\n".join(line for fam in fams for line in fam.lines()) + "\n"
+
+
+def _source_families(family: Any, sources: Mapping[str, Mapping[str, float]]) -> None:
+    """Per-source figures of a pipeline with one or several sources (set by the pipeline as ``stats.sources``)."""
+    frames = family("edgert_source_frames_total", "counter", "Frames of this source that went through every stage.")
+    fps = family("edgert_source_fps", "gauge", "Frames per second of this source since its first frame out.")
+    dropped = family("edgert_source_dropped_frames_total", "counter", "Frames of this source dropped or skipped.")
+    reconnects = family("edgert_source_reconnects_total", "counter", "Times this source reconnected.")
+    for name, figures in sorted(sources.items()):
+        labels = {"source": name}
+        frames.add(figures.get("frames", 0), labels)
+        fps.add(figures.get("fps", 0.0), labels)
+        dropped.add(figures.get("dropped", 0), labels)
+        reconnects.add(figures.get("reconnects", 0), labels)
 
 
 def _analytics_families(family: Any, counts: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:

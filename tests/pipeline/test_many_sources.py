@@ -176,3 +176,19 @@ def test_the_cpu_processor_runs_sources_in_rotation_by_default(media: dict[str, 
                             sources=tuple(SourceConfig(uri=str(v)) for v in videos[:3]))
     summary = Pipeline(config, handle_signals=False).run()
     assert summary["processing"] == "cpu" and summary["batch"] == 1 and summary["frames"] == sum(COUNTS[:3])
+
+
+def test_metrics_carry_a_source_label(media: dict[str, object]) -> None:
+    from edgert.service.metrics import MetricsObserver
+
+    videos = media["videos"]
+    assert isinstance(videos, list)
+    metrics = MetricsObserver(pipeline="two")
+    config = PipelineConfig(model=ModelConfig(path=str(media["model"])),
+                            sources=(SourceConfig(uri=str(videos[0]), name="door"),
+                                     SourceConfig(uri=str(videos[1]), name="lane")))
+    Pipeline(config, observers=[metrics], handle_signals=False).run()
+    text = metrics.render()
+    assert 'edgert_source_frames_total{source="door"}' in text and 'edgert_source_frames_total{source="lane"}' in text
+    door = [line for line in text.splitlines() if line.startswith('edgert_source_frames_total{source="door"}')]
+    assert int(float(door[0].split()[-1])) >= COUNTS[0] - 10  # refreshed every 10 frames
