@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from edgert.pipeline.stats import STAGES, PipelineStats
@@ -36,6 +38,11 @@ def test_ready_then_pings_at_half_the_watchdog_period_then_stopping(path_receive
     observer.on_stop({"frames": stats.frames})
     observer.close()
     path_receiver.wait_for("STOPPING")
+    # STOPPING and the final STATUS are two datagrams: wait for the last one too before reading the list.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+            m.get("STATUS", "").startswith("stopped after") for _, m in list(path_receiver.messages)):
+        time.sleep(0.02)
     msgs = [m for _, m in path_receiver.messages]
     assert msgs[0]["READY"] == "1" and "nanodet.onnx on onnxruntime" in msgs[0]["STATUS"]
     pings = [m for m in msgs if "WATCHDOG" in m]
