@@ -39,7 +39,7 @@ from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
 from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
-from edgert.vision.detector import image_input, sample_output_specs
+from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections
 from edgert.vision.gpu_preprocess import GpuLetterbox, LetterboxPlan
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
@@ -291,11 +291,13 @@ class GpuProcessor(Processor):
                                                   self.traits["can_map_host_memory"])
             self.plan = LetterboxPlan.from_preprocessor(self.preprocessor)
             self.letterbox = GpuLetterbox(self.plan, self.device)
+            self._fill_other_inputs(first)
             self.slots.append(GpuSlot(self, first))
             opened.clear()  # the slot owns it now
             for _ in range(wanted - 1):
                 fork = first.fork()
                 opened.append(fork)
+                self._fill_other_inputs(fork)
                 self.slots.append(GpuSlot(self, fork))
                 opened.clear()
         except BaseException:
@@ -307,6 +309,17 @@ class GpuProcessor(Processor):
         self._capture_lock = threading.Lock()
         log.info("GPU processing: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
                  "GPU filter + CPU NMS" if self.gpu_decode else "host")
+
+    def _fill_other_inputs(self, session: Any) -> None:
+        """The configured constants for inputs other than the image (as the CPU processor fills them), put on
+        the device once: ``compute_only`` never copies inputs, so a host value alone would leave zeros there."""
+        fill_other_inputs(session, self.input_name, self.config.model.inputs, str(self.config.model.path))
+        others = [name for name in session.inputs if name != self.input_name]
+        if others:
+            with self.device.active():
+                for name in others:
+                    session.device_inputs[name].copy_from_host_async(session.inputs[name], session.stream)
+                session.stream.synchronize()
 
     # -- the pipeline's hooks ----------------------------------------------------------------------
     def prepare(self, slot: ProcessorSlot) -> None:

@@ -660,7 +660,8 @@ class Pipeline:
         if feed.first_done is None:
             feed.first_done = done
         feed.last_done = done
-        self._update_drops()
+        if self.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
+            self._update_drops()
         if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
             self.stats.sources = {**self.stats.sources, feed.name: {
                 "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),

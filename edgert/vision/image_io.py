@@ -6,13 +6,12 @@ renamed over the target, so a reader (a web server, a file watcher) never sees h
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from edgert._lazy import lazy_import
+from edgert.atomic_file import replace_file
 from edgert.errors import InputError
 
 __all__ = ["IMAGE_WRITE_SUFFIXES", "encode_image", "read_image", "write_image"]
@@ -50,23 +49,12 @@ def encode_image(image: np.ndarray, suffix: str) -> bytes:
 
 
 def write_image(path: str | Path, image: np.ndarray) -> Path:
-    """Write ``image`` to ``path`` atomically (temporary file + rename); returns the path."""
+    """Write ``image`` to ``path`` atomically (temporary file + rename, readable by others); returns the path."""
     p = Path(path).expanduser()
     data = encode_image(image, p.suffix)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+        replace_file(p, data)
     except OSError as exc:
-        raise InputError(f"{p}: cannot write here: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; an image is meant to be read by others
-        os.replace(tmp, p)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise InputError(f"{p}: cannot write the image: {exc.strerror or exc}") from None
     return p

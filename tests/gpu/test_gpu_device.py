@@ -209,3 +209,25 @@ def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_p
         assert stopping[0][0] >= sent and "SIGTERM" in stopping[0][1].get("STATUS", "")
     finally:
         receiver.close()
+
+
+def test_gpu_processing_fills_a_second_input_from_the_config(tmp_path: Path) -> None:
+    """The same rule as the CPU processor: a second input is refused by name, or filled with model.inputs on
+    the device (compute_only copies nothing, so the constant must be uploaded once per slot)."""
+    from tests.cli.test_misuse_one_line import _gain_detector
+    from tests.pipeline.media import make_video
+
+    model = _gain_detector(tmp_path / "gain.onnx")
+    video = make_video(tmp_path / "v.avi", frames=12, size=(96, 64))
+    base = ["--processing", "gpu", "--backend", "onnxruntime-cuda", "--model", str(model), "--source", str(video),
+            "--json"]
+    refused = _cli(*base)
+    _, err = refused.communicate(timeout=300)
+    assert refused.returncode == 1 and "cannot fill it" in err and "Traceback" not in err
+    config = tmp_path / "gain.yaml"
+    config.write_text("model:\n  inputs:\n    gain: [1.0]\n")
+    proc = _cli(*base, "--config", str(config))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out)
+    assert summary["processing"] == "gpu" and summary["frames"] == 12 and summary["detections"] == 12

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import queue
@@ -111,7 +112,7 @@ class Sink(abc.ABC):
     def write(self, result: FrameResult) -> None: ...
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        pass
+        """Release what :meth:`prepare` and :meth:`open` took (files, sockets, windows)."""
 
     def __enter__(self) -> Sink:
         return self
@@ -140,10 +141,9 @@ def claim_file(path: Path, what: str) -> tuple[int, bool]:
 
 
 def unlink_quietly(path: Path) -> None:
-    try:
+    """Remove ``path`` if it is there; a file that is already gone is what was wanted."""
+    with contextlib.suppress(OSError):
         path.unlink()
-    except OSError:
-        pass
 
 
 def is_deleted(fd: int) -> bool:
