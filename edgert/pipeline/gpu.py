@@ -4,13 +4,16 @@ A *slot* is one GPU session (an ONNX Runtime CUDA session, or an execution conte
 engine: ``Session.fork``) with its own CUDA stream, device input/output buffers, a frame staging buffer
 and a candidate buffer. The pipeline drives each slot from its own thread; for every frame a slot:
 
-1. copies the decoded BGR frame into the slot's page-locked staging buffer (host memcpy);
-2. ``pinned``: uploads it with one async copy; ``zero-copy``: nothing, the kernel reads the mapped
+1. copies the decoded BGR frames of its batch into the slot's page-locked staging buffer, packed (host memcpy);
+2. ``pinned``: uploads them with one async copy; ``zero-copy``: nothing, the kernel reads the mapped
    staging buffer through its device address (on Jetson that is the same DRAM);
-3. runs the letterbox kernel into the session's device input buffer;
+3. runs the letterbox kernel once for the batch into the session's device input buffer;
 4. runs the model on the device buffers (``session.compute_only()``: IOBinding / tensor addresses, no host copies);
-5. runs the confidence filter into the candidate buffer and copies the few rows back;
+5. runs the confidence filter once for the batch into the candidate buffer and copies the few rows back;
 6. synchronises the stream, then NMS and the mapping to the frame on the CPU.
+
+So a batch of 8 costs the same handful of CUDA calls as one frame (measured before this: per-sample launches
+made 8 streams of nanodet host-bound, docs/pipeline.md).
 
 ONNX Runtime and TensorRT release the GIL while they run, so with two or more slots the upload and
 preprocessing of frame N+1 run while frame N infers, and the readback and NMS of N-1 overlap both. CUDA
@@ -40,8 +43,8 @@ from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
-from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections
-from edgert.vision.gpu_preprocess import GpuLetterbox, LetterboxPlan
+from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections_batch
+from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor
 
 __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memory_mode"]
@@ -104,8 +107,17 @@ class _Staging:
         self.host = None
 
 
+#: Frames of a batch sit this many bytes apart at least in the staging buffer (aligned rows for the kernel).
+_ALIGN = 256
+
+
 class GpuSlot(ProcessorSlot):
-    """One session + stream + buffers for ``batch`` frames per call; used by exactly one pipeline thread."""
+    """One session + stream + buffers for ``batch`` frames per call; used by exactly one pipeline thread.
+
+    A batch costs the same number of CUDA calls as one frame: the frames are packed into one staging
+    buffer (one upload), one letterbox launch makes every sample of the batched input (their geometry in
+    one small table), and one filter launch and one copy bring every sample's candidates back.
+    """
 
     def __init__(self, proc: GpuProcessor, session: Any) -> None:
         self.proc = proc
@@ -121,65 +133,90 @@ class GpuSlot(ProcessorSlot):
         self.output_ptr = session.device_outputs[self.output_name].ptr
         self.output_stride = out.nbytes // self.batch
         self.zero_copy = proc.memory_mode == "zero-copy"
-        self.staging = [_Staging() for _ in range(self.batch)]
+        self.staging = _Staging()
         # The decoder keeps scratch buffers, so each slot has its own (the host fallback uses it too).
         self.decoder: Decoder = make_decoder(proc.config.decode, proc.output_specs, session.metadata)
-        self.filters: list[GpuCandidateFilter] = []
+        self.filter: GpuCandidateFilter | None = None
         with self.device.active():
             self.events = [self.device.event() for _ in range(5)]
+            self.params = self.device.pinned_empty((self.batch, BATCH_COLS), np.int64)
+            self.params_dev = self.device.alloc(self.params.nbytes)
             if proc.gpu_decode:
                 shape = (1, *out.shape[1:])  # one sample's output
-                self.filters = [GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
-                                                   mapped=self.zero_copy) for _ in range(self.batch)]
+                self.filter = GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
+                                                 mapped=self.zero_copy, batch=self.batch)
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
-
-    @property
-    def filter(self) -> GpuCandidateFilter | None:
-        """The first sample's candidate filter (checks and tests)."""
-        return self.filters[0] if self.filters else None
 
     def active(self) -> AbstractContextManager[Any]:
         return self.device.active()  # type: ignore[no-any-return]
 
-    def _stage_in(self, frame: np.ndarray, k: int = 0) -> tuple[int, int, np.ndarray]:
-        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-            got = f"{frame.dtype}{list(frame.shape)}" if isinstance(frame, np.ndarray) else type(frame).__name__
-            raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
-        h, w = int(frame.shape[0]), int(frame.shape[1])
-        if h == 0 or w == 0:
-            raise InputError(f"frame | Received an empty image {frame.shape}")
-        nbytes = h * w * 3
-        staging = self.staging[k]
-        staging.ensure(self.device, nbytes, self.zero_copy)
+    def _stage_in(self, frames: Sequence[np.ndarray]) -> list[tuple[int, int, int]]:
+        """Put the frames where the letterbox kernel reads them; ``[(device address, h, w)...]``.
+
+        A frame decoded into one of the processor's own page-locked buffers (:meth:`GpuProcessor.frame_buffer`)
+        is not copied on the host: zero-copy, the kernel reads it where it lies; pinned, it is uploaded
+        straight from there. Any other frame is first copied into the slot's staging buffer. Frames sit
+        packed in the device staging buffer, ``_ALIGN`` apart.
+        """
+        from edgert.backends.cuda import copy_htod_async
+
+        known = self.proc.frame_buffers
+        plan: list[tuple[np.ndarray, int, int, int, int | None]] = []  # frame, h, w, staging offset, mapped ptr
+        end = 0
+        for frame in frames:
+            if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 \
+                    or frame.dtype != np.uint8:
+                got = f"{frame.dtype}{list(frame.shape)}" if isinstance(frame, np.ndarray) else type(frame).__name__
+                raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
+            h, w = int(frame.shape[0]), int(frame.shape[1])
+            if h == 0 or w == 0:
+                raise InputError(f"frame | Received an empty image {frame.shape}")
+            own = known.get(frame.__array_interface__["data"][0]) if frame.flags.c_contiguous else None
+            if own is not None and own[0] < frame.nbytes:
+                own = None  # a larger frame than the buffer at that address was made for: not ours
+            if own is not None and self.zero_copy:
+                plan.append((frame, h, w, -1, own[1]))
+                continue
+            plan.append((frame, h, w, end, None if own is None else 0))
+            end += -(-(h * w * 3) // _ALIGN) * _ALIGN
+        staging = self.staging
+        if end:
+            staging.ensure(self.device, end, self.zero_copy)
         host = staging.host
-        if host is None:  # pragma: no cover - ensure always sets it
-            raise RuntimeError("staging buffer missing")
-        view = host[:nbytes].reshape(h, w, 3)
-        np.copyto(view, frame)
-        return h, w, view
+        places: list[tuple[int, int, int]] = []
+        for frame, h, w, offset, mapped in plan:
+            if offset < 0:  # zero-copy, our buffer: the kernel reads the frame itself
+                places.append((int(mapped or 0), h, w))
+                continue
+            if mapped is None:  # someone else's array: through the staging buffer
+                if host is None:  # pragma: no cover - ensure always sets it
+                    raise RuntimeError("staging buffer missing")
+                region = host[offset:offset + h * w * 3]
+                np.copyto(region.reshape(h, w, 3), frame)
+                if not self.zero_copy:
+                    copy_htod_async(staging.ptr + offset, region, self.stream)
+            else:  # our page-locked buffer, discrete GPU: one DMA straight from it
+                copy_htod_async(staging.ptr + offset, frame, self.stream)
+            places.append((staging.ptr + offset, h, w))
+        return places
 
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
         """Frames through the whole GPU path, one engine call (called with the device context active)."""
-        from edgert.backends.cuda import copy_htod_async
-
         t0 = time.perf_counter()
         s, ev = self.stream, self.events
-        views = [self._stage_in(frame, k) for k, frame in enumerate(frames)]
         ev[0].record(s)
-        if not self.zero_copy:
-            for k, (_, _, view) in enumerate(views):
-                copy_htod_async(self.staging[k].ptr, view, s)
+        places = self._stage_in(frames)
         ev[1].record(s)
-        transforms = [self.proc.letterbox(self.staging[k].ptr, h, w, self.input_ptr + k * self.input_stride, s)
-                      for k, (h, w, _) in enumerate(views)]
+        transforms = self.proc.letterbox.enqueue_batch(0, places, self.params, self.params_dev.ptr,
+                                                       self.input_ptr, self.input_stride, s)
         ev[2].record(s)
         t1 = time.perf_counter()
         self.session.compute_only()  # runs on self.stream and synchronises it
         ev[3].record(s)
         t2 = time.perf_counter()
-        for k, filt in enumerate(self.filters[:len(frames)]):
-            filt.enqueue(self.output_ptr + k * self.output_stride, s)
+        if self.filter is not None:
+            self.filter.enqueue(self.output_ptr, s, len(frames))
         ev[4].record(s)
         s.synchronize()
         dets = self._finish(transforms)
@@ -197,11 +234,13 @@ class GpuSlot(ProcessorSlot):
 
     def _finish(self, transforms: list[LetterboxTransform]) -> list[Detections]:
         out: list[Detections | None] = [None] * len(transforms)
-        for k, transform in enumerate(transforms):
-            if k < len(self.filters):
-                rows = self.filters[k].rows()
-                if rows is not None:
-                    out[k] = candidates_to_detections(rows, self.decoder, transform)
+        if self.filter is not None:
+            rows = [self.filter.rows(k) for k in range(len(transforms))]
+            done = [k for k, r in enumerate(rows) if r is not None]  # overflowed ones: decoded on the host below
+            found = candidates_to_detections_batch([r for r in rows if r is not None], self.decoder,
+                                                   [transforms[k] for k in done])
+            for k, d in zip(done, found):
+                out[k] = d
         if any(d is None for d in out):
             # Host decoding from the whole output (no GPU filter for this layout, or a buffer overflowed).
             from edgert.backends.cuda import copy_dtoh_async
@@ -218,10 +257,10 @@ class GpuSlot(ProcessorSlot):
 
     def close(self) -> None:
         with self.device.active():
-            for filt in self.filters:
-                filt.close()
-            for staging in self.staging:
-                staging.free()
+            if self.filter is not None:
+                self.filter.close()
+            self.staging.free()
+            self.params_dev.free()
         self.session.close()
 
 
@@ -239,6 +278,11 @@ class GpuProcessor(Processor):
                  candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
         from edgert.backends import SessionOptions, open_session
+
+        # address -> (bytes, device address when mapped) of the frame buffers handed out (read by the slots)
+        self.frame_buffers: dict[int, tuple[int, int]] = {}
+        self._frame_arrays: list[np.ndarray] = []
+        self._buffers_lock = threading.Lock()
         from edgert.backends.cuda import device_traits
 
         if candidates < 1:
@@ -310,6 +354,17 @@ class GpuProcessor(Processor):
         log.info("GPU processing: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
                  "GPU filter + CPU NMS" if self.gpu_decode else "host")
 
+    def frame_buffer(self, height: int, width: int) -> np.ndarray | None:
+        """A page-locked HxWx3 uint8 buffer (mapped when zero-copy) that the slots take without a host copy."""
+        zero_copy = self.memory_mode == "zero-copy"
+        with self.device.active():
+            buf: np.ndarray = self.device.pinned_empty((height, width, 3), np.uint8, mapped=zero_copy)
+            ptr = self.device.device_pointer_of_mapped(buf) if zero_copy else 0
+        with self._buffers_lock:
+            self.frame_buffers[buf.__array_interface__["data"][0]] = (buf.nbytes, ptr)
+            self._frame_arrays.append(buf)
+        return buf
+
     def _fill_other_inputs(self, session: Any) -> None:
         """The configured constants for inputs other than the image (as the CPU processor fills them), put on
         the device once: ``compute_only`` never copies inputs, so a host value alone would leave zeros there."""
@@ -369,7 +424,7 @@ class GpuProcessor(Processor):
             "decoder": self.decoder_kind,
             "layout": self.plan.layout,
             "batch": self.batch,
-            "candidate_overflows": sum(f.overflows for s in self._gpu_slots() for f in s.filters),
+            "candidate_overflows": sum(s.filter.overflows for s in self._gpu_slots() if s.filter is not None),
         }
 
     def stage_summary(self) -> dict[str, dict[str, float]]:
@@ -388,15 +443,12 @@ class GpuProcessor(Processor):
 
     def preprocess_to_host(self, frame: np.ndarray) -> tuple[np.ndarray, LetterboxTransform]:
         """The GPU-made input tensor of ``frame``, copied to the host (to compare with the CPU path)."""
-        from edgert.backends.cuda import copy_dtoh_async, copy_htod_async
+        from edgert.backends.cuda import copy_dtoh_async
 
         slot = self._gpu_slots()[0]
         with slot.device.active():
-            h, w, view = slot._stage_in(frame)
-            staging = slot.staging[0]
-            if not slot.zero_copy:
-                copy_htod_async(staging.ptr, view, slot.stream)
-            transform = self.letterbox(staging.ptr, h, w, slot.input_ptr, slot.stream)
+            ((ptr, h, w),) = slot._stage_in([frame])
+            transform = self.letterbox(ptr, h, w, slot.input_ptr, slot.stream)
             host = slot.session.inputs[self.input_name]
             copy_dtoh_async(host, slot.input_ptr, slot.stream)
             slot.stream.synchronize()
@@ -405,6 +457,12 @@ class GpuProcessor(Processor):
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
         super().close()
+        device = getattr(self, "device", None)
+        if device is not None and self._frame_arrays:
+            # Dropped with the context current, so pycuda can unpin them (the pipeline has let go of its frames).
+            with device.active():
+                self.frame_buffers.clear()
+                self._frame_arrays.clear()
         letterbox = getattr(self, "letterbox", None)
         if letterbox is not None:
             letterbox.close()

@@ -93,6 +93,15 @@ class Processor(abc.ABC):
     def warm_up(self, runs: int) -> None:
         """Run each slot's model ``runs`` times, so first-call costs (allocator growth, autotuning) are not frames."""
 
+    def frame_buffer(self, height: int, width: int) -> np.ndarray | None:
+        """A buffer for the source to decode frames of this size into, or None: any numpy array will do.
+
+        The GPU processor hands out page-locked (on Jetson: mapped) memory, so a decoded frame goes to the
+        GPU without a host copy, or is read by the kernel where it lies. The pipeline allocates one per
+        frame in flight, once, and lets go of them before it closes the processor.
+        """
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Facts for the summary's ``processor`` key."""
         return {"kind": self.kind, "slots": len(self.slots), "batch": self.batch}

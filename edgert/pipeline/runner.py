@@ -271,6 +271,7 @@ class Pipeline:
                             worker.close()
                     summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
             finally:
+                self._release_frames()
                 if self._owns_processor:
                     processor.close()
         finally:
@@ -376,9 +377,28 @@ class Pipeline:
             for feed in self._feeds:  # each source its own tracks and counts
                 feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
-            feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
+            feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
+                                for _ in range(count))
             for f in feed.frames:
                 feed.free.put(f)
+
+    @staticmethod
+    def _frame_buffer(processor: Any, feed: _Feed) -> np.ndarray | None:
+        """The processor's buffer for this source's frame size (GPU: page-locked), or None (the first read
+        allocates one). A source that does not know its size yet, or changes it, simply gets new arrays."""
+        width, height = getattr(feed.source, "width", None), getattr(feed.source, "height", None)
+        make = getattr(processor, "frame_buffer", None)
+        if not width or not height or make is None:
+            return None
+        buf: np.ndarray | None = make(int(height), int(width))
+        return buf
+
+    def _release_frames(self) -> None:
+        """Let go of the frames' pixel buffers before the processor closes (its page-locked memory is freed
+        with its CUDA context current)."""
+        for feed in self._feeds:
+            for f in feed.frames:
+                f.pixels = None
 
     def _start_info(self, processor: Any) -> dict[str, Any]:
         first = self._feeds[0].source

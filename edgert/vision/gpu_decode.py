@@ -3,10 +3,11 @@
 A YOLOv8-layout output [1, 4+C, N] of nanodet-416 is 1.2 MB and yolov8s-640's [1, 6, 8400] is 200 KB;
 the boxes above the threshold are a few hundred bytes. The kernels in ``kernels/decode.cu`` take the
 max over classes per anchor on the device and compact the survivors into rows of
-``cx, cy, w, h, score, class, anchor`` (one ``atomicAdd`` each); one small copy (or, zero-copy, none)
-brings them back, and the host finishes with the CPU decoder's own steps (class filter, NMS from
-:mod:`edgert.vision.nms`, mapping to the frame), so results are the same set as the numpy decoders give
-on the same output tensor. NMS stays on the CPU: after the filter the candidate count is small.
+``cx, cy, w, h, score, class, anchor`` (one ``atomicAdd`` each), every sample of a batch in one launch;
+one small copy (or, zero-copy, none) brings them back, and the host finishes with the CPU decoder's own
+steps (class filter, NMS from :mod:`edgert.vision.nms`, mapping to the frame), so results are the same
+set as the numpy decoders give on the same output tensor. NMS stays on the CPU: after the filter the
+candidate count is small.
 
 Layouts: ``yolov8`` [1, 4+C, N] and ``yolov5`` [1, N, 5+C] with float32 outputs. Anything else
 (end2end, EfficientNMS, float16 outputs) is decoded on the host from the full output, as before.
@@ -16,6 +17,7 @@ Layouts: ``yolov8`` [1, 4+C, N] and ``yolov5`` [1, N, 5+C] with float32 outputs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "GPU_DECODE_KINDS",
     "GpuCandidateFilter",
     "candidates_to_detections",
+    "candidates_to_detections_batch",
     "emulate_filter",
     "filter_layout",
 ]
@@ -99,30 +102,52 @@ def emulate_filter(output: np.ndarray, kind: str, conf: float) -> np.ndarray:
 
 
 def candidates_to_detections(rows: np.ndarray, decoder: Decoder, transform: LetterboxTransform) -> Detections:
-    """Finish on the host: anchor order, xyxy, then the decoder's own class filter, NMS and mapping."""
-    if rows.shape[0] == 0:
-        return Detections.empty(decoder.names)
-    rows = rows[np.argsort(rows[:, 6], kind="stable")]  # atomics leave them in any order
-    xyxy = cxcywh_to_xyxy(np.ascontiguousarray(rows[:, :4].T))
-    conf = np.ascontiguousarray(rows[:, 4])
-    cls = rows[:, 5].astype(np.int32)
-    # DecoderBase._finish: the CPU decoders' last step, so both paths share one definition of it
-    finish = getattr(decoder, "_finish", None)
+    """Finish one frame on the host (:func:`candidates_to_detections_batch` of one)."""
+    return candidates_to_detections_batch([rows], decoder, [transform])[0]
+
+
+def candidates_to_detections_batch(
+    rows: Sequence[np.ndarray], decoder: Decoder, transforms: Sequence[LetterboxTransform]
+) -> list[Detections]:
+    """Finish a batch on the host: anchor order, xyxy, then the decoder's own class filter, NMS (one call for
+    the batch) and mapping; ``rows[k]`` are frame ``k``'s candidate rows."""
+    # DecoderBase._finish_batch: the CPU decoders' last step, so both paths share one definition of it
+    finish = getattr(decoder, "_finish_batch", None)
     if finish is None:
         raise ModelError(f"decoder {decoder.kind} cannot finish GPU candidates")
-    result: Detections = finish(xyxy, conf, cls, transform)
+    sizes = [r.shape[0] for r in rows]
+    if not any(sizes):
+        return [Detections.empty(decoder.names) for _ in rows]
+    # atomics leave each frame's rows in any order: sort by (frame, anchor)
+    ordered = np.concatenate([r[np.argsort(r[:, 6], kind="stable")] for r in rows if r.shape[0]])
+    sample = np.repeat(np.arange(len(rows)), sizes)
+    xyxy = cxcywh_to_xyxy(np.ascontiguousarray(ordered[:, :4].T))
+    conf = np.ascontiguousarray(ordered[:, 4])
+    cls = ordered[:, 5].astype(np.int32)
+    result: list[Detections] = finish(xyxy, conf, cls, sample, transforms)
     return result
 
 
 class GpuCandidateFilter:
     """The filter kernel, its buffers and the copy back, for one stream (one per pipeline slot).
 
-    ``mapped``: the rows and the header live in mapped page-locked host memory that the kernels write
+    One launch filters every sample of a batched output (``batch`` samples at most; sample ``k`` at
+    ``output_ptr + k * sample_bytes``), and one copy brings every sample's rows back: the number of
+    launches and copies does not grow with the batch. Each sample has its own region of ``capacity``
+    rows after a header row that holds its count.
+
+    ``mapped``: the rows and the headers live in mapped page-locked host memory that the kernels write
     directly (zero-copy); otherwise in device memory, copied back with one async copy into a pinned array.
     """
 
     def __init__(
-        self, decoder: Decoder, output_shape: tuple[int, ...], device: Any, capacity: int = 1024, mapped: bool = False
+        self,
+        decoder: Decoder,
+        output_shape: tuple[int, ...],
+        device: Any,
+        capacity: int = 1024,
+        mapped: bool = False,
+        batch: int = 1,
     ) -> None:
         from edgert.backends.cuda import compile_kernels
 
@@ -130,25 +155,29 @@ class GpuCandidateFilter:
         self.num_classes, self.num_anchors = filter_layout(kind, tuple(output_shape))
         if capacity < 1:
             raise ModelError(f"candidate capacity must be >= 1, got {capacity}")
+        if batch < 1:
+            raise ModelError(f"candidate filter batch must be >= 1, got {batch}")
         self.decoder = decoder
         self.kind = kind
         self.device = device
         self.capacity = int(capacity)
+        self.batch = int(batch)
         self.mapped = mapped
         self.conf = np.float32(decoder.config.conf) if hasattr(decoder, "config") else np.float32(0.25)
         self.overflows = 0
-        rows = HEADER_ROWS + self.capacity
+        self._region = HEADER_ROWS + self.capacity  # rows per sample
+        self._sample_floats = int(np.prod(output_shape))
         with device.active():
-            kernels = compile_kernels(kernel_source("decode.cu"), (f"edgert_filter_{kind}", "edgert_take_count"))
-            self._filter = kernels[f"edgert_filter_{kind}"]
-            self._take = kernels["edgert_take_count"]
-            self._counter = device.alloc(4)
-            zero = device.pinned_empty((1,), np.int32)
-            zero[0] = 0
+            kernels = compile_kernels(kernel_source("decode.cu"), (f"edgert_filter_{kind}_batch", "edgert_take_counts"))
+            self._filter = kernels[f"edgert_filter_{kind}_batch"]
+            self._take = kernels["edgert_take_counts"]
+            self._counters = device.alloc(4 * self.batch)
+            zero = device.pinned_empty((self.batch,), np.int32)
+            zero.fill(0)
             stream = device.stream()
-            self._counter.copy_from_host_async(zero, stream)
+            self._counters.copy_from_host_async(zero, stream)
             stream.synchronize()
-            self.host = device.pinned_empty((rows, CAND_COLS), np.float32, mapped=mapped)
+            self.host = device.pinned_empty((self.batch * self._region, CAND_COLS), np.float32, mapped=mapped)
             self.host.fill(0)
             if mapped:
                 self._dev_buf = None
@@ -156,39 +185,43 @@ class GpuCandidateFilter:
             else:
                 self._dev_buf = device.alloc(self.host.nbytes)
                 self._buf_ptr = self._dev_buf.ptr
-        self._header = self.host[0].view(np.int32)
-        self._grid = ((self.num_anchors + _THREADS - 1) // _THREADS, 1, 1)
+        self._blocks = (self.num_anchors + _THREADS - 1) // _THREADS
 
-    def enqueue(self, output_ptr: int, stream: Any) -> None:
-        """Filter the output at device address ``output_ptr`` and start bringing the rows back."""
+    def enqueue(self, output_ptr: int, stream: Any, count: int = 1) -> None:
+        """Filter the first ``count`` samples of the output at device address ``output_ptr`` and start
+        bringing their rows back."""
         from edgert.backends.cuda import copy_dtoh_async
 
-        rows_ptr = self._buf_ptr + HEADER_ROWS * CAND_COLS * 4
+        if not 1 <= count <= self.batch:
+            raise ModelError(f"candidate filter of {self.batch} sample(s) cannot take {count}")
         self._filter.launch(
-            self._grid,
+            (self._blocks, count, 1),
             (_THREADS, 1, 1),
             (
                 np.uintp(output_ptr),
+                np.int64(self._sample_floats),
                 np.int32(self.num_classes),
                 np.int32(self.num_anchors),
                 self.conf,
                 np.int32(self.capacity),
-                np.uintp(self._counter.ptr),
-                np.uintp(rows_ptr),
+                np.uintp(self._counters.ptr),
+                np.uintp(self._buf_ptr),
             ),
             stream,
         )
-        self._take.launch((1, 1, 1), (1, 1, 1), (np.uintp(self._counter.ptr), np.uintp(self._buf_ptr)), stream)
+        self._take.launch((1, 1, 1), (max(32, count), 1, 1),
+                          (np.uintp(self._counters.ptr), np.uintp(self._buf_ptr), np.int32(count),
+                           np.int32(self.capacity)), stream)
         if not self.mapped:
-            copy_dtoh_async(self.host, self._buf_ptr, stream)
+            copy_dtoh_async(self.host[: count * self._region], self._buf_ptr, stream)
 
-    def count(self) -> int:
-        """Anchors that passed (after the stream has synchronised); may exceed ``capacity``."""
-        return int(self._header[0])
+    def count(self, k: int = 0) -> int:
+        """Anchors of sample ``k`` that passed (after the stream has synchronised); may exceed ``capacity``."""
+        return int(self.host[k * self._region].view(np.int32)[0])
 
-    def rows(self) -> np.ndarray | None:
-        """The candidate rows (a copy), or None when they overflowed ``capacity``."""
-        n = self.count()
+    def rows(self, k: int = 0) -> np.ndarray | None:
+        """Sample ``k``'s candidate rows (a copy), or None when they overflowed ``capacity``."""
+        n = self.count(k)
         if n > self.capacity:
             self.overflows += 1
             if self.overflows == 1:
@@ -200,12 +233,13 @@ class GpuCandidateFilter:
                     self.capacity,
                 )
             return None
-        rows: np.ndarray = self.host[HEADER_ROWS : HEADER_ROWS + n].copy()
+        start = k * self._region + HEADER_ROWS
+        rows: np.ndarray = self.host[start : start + n].copy()
         return rows
 
     def close(self) -> None:
         with self.device.active():
-            self._counter.free()
+            self._counters.free()
             if self._dev_buf is not None:
                 self._dev_buf.free()
             self.host = np.empty((0, CAND_COLS), np.float32)

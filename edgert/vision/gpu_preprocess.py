@@ -51,6 +51,8 @@ COEF_SCALE = 2048
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
 DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint8): 2}
 BLOCK = (32, 8, 1)
+#: int64 columns per sample of the batched kernel's geometry table (letterbox.cu EDGERT_BATCH_COLS)
+BATCH_COLS = 8
 
 
 def kernel_source(name: str) -> str:
@@ -193,7 +195,9 @@ class GpuLetterbox:
         self.plan = plan
         self.device = device
         with device.active():
-            self._kernel = compile_kernels(kernel_source("letterbox.cu"), ("edgert_letterbox",))["edgert_letterbox"]
+            kernels = compile_kernels(kernel_source("letterbox.cu"), ("edgert_letterbox", "edgert_letterbox_batch"))
+        self._kernel = kernels["edgert_letterbox"]
+        self._batch_kernel = kernels["edgert_letterbox_batch"]
         self._tables: dict[tuple[int, int], tuple[Any, Any, tuple[int, int, int, int], LetterboxTransform]] = {}
         self._lock = threading.Lock()
         p = plan
@@ -267,6 +271,32 @@ class GpuLetterbox:
         )
         self._kernel.launch(self._grid, BLOCK, args, stream)
         return transform
+
+    def enqueue_batch(self, src_base: int, frames: list[tuple[int, int, int]], params: np.ndarray, params_ptr: int,
+                      out_ptr: int, out_stride: int, stream: Any) -> list[LetterboxTransform]:
+        """Enqueue one launch for a batch: frame ``k`` is ``frames[k] = (offset, h, w)``, packed BGR at
+        ``src_base + offset``, and its tensor goes to ``out_ptr + k * out_stride`` (bytes).
+
+        ``params`` is the caller's page-locked int64 (batch, BATCH_COLS) table and ``params_ptr`` its device
+        copy: the geometry of every frame travels in one small upload, not one launch per frame. The caller
+        must not refill ``params`` before the stream has passed this upload (a slot synchronises its stream
+        once per batch).
+        """
+        from edgert.backends.cuda import copy_htod_async
+
+        transforms = []
+        for k, (offset, src_h, src_w) in enumerate(frames):
+            if src_h <= 0 or src_w <= 0:
+                raise InputError(f"frame | Received an empty image ({src_h}, {src_w}, 3)")
+            xbuf, ybuf, (new_h, new_w, top, left), transform = self._geometry(src_h, src_w)
+            params[k] = (offset, xbuf.ptr, ybuf.ptr, 3 * src_w, top, left, new_h, new_w)
+            transforms.append(transform)
+        n = len(frames)
+        copy_htod_async(params_ptr, params[:n], stream)
+        args = (np.uintp(src_base), np.uintp(params_ptr), np.uintp(out_ptr), np.int64(out_stride), *self._consts,
+                *self._tail)
+        self._batch_kernel.launch((self._grid[0], self._grid[1], n), BLOCK, args, stream)
+        return transforms
 
     def transform_for(self, src_h: int, src_w: int) -> LetterboxTransform:
         return self.plan.geometry(src_h, src_w)[4]

@@ -17,7 +17,7 @@ import numpy as np
 from edgert._lazy import lazy_import
 from edgert.errors import BackendUnavailable
 
-__all__ = ["iou_matrix", "nms", "nms_indices", "nms_indices_numpy", "nms_indices_opencv"]
+__all__ = ["iou_matrix", "nms", "nms_batched", "nms_indices", "nms_indices_numpy", "nms_indices_opencv"]
 
 #: Candidates beyond this many (highest scores first) are dropped before NMS, as Ultralytics does.
 MAX_CANDIDATES = 30000
@@ -38,15 +38,19 @@ def _cv2() -> ModuleType | None:
     return _CV2 if isinstance(_CV2, ModuleType) else None
 
 
-def _ordered(xyxy: np.ndarray, scores: np.ndarray, class_id: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates best first (at most MAX_CANDIDATES), with boxes offset per class."""
+def _ordered(xyxy: np.ndarray, scores: np.ndarray, group: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates best first (at most MAX_CANDIDATES), with boxes offset per group, in float64.
+
+    float64 because the offsets grow with the group id (class, or sample x class in a batch): at an offset of
+    ~10^6 px float32 would keep 1/16 px of a box's position, float64 keeps it exactly enough.
+    """
     order = np.argsort(-scores, kind="stable")
     if order.shape[0] > MAX_CANDIDATES:
         order = order[:MAX_CANDIDATES]
-    boxes = xyxy[order].astype(np.float32, copy=False)
-    if class_id is not None and order.shape[0] > 1:
+    boxes = xyxy[order].astype(np.float64)
+    if group is not None and order.shape[0] > 1:
         span = float(max(np.abs(boxes).max(), 0.0)) * 2.0 + 1.0
-        boxes = boxes + (class_id[order].astype(np.float32) * span)[:, None]
+        boxes += (group[order].astype(np.float64) * span)[:, None]
     return order, boxes
 
 
@@ -81,7 +85,7 @@ def nms_indices_opencv(
     if scores.shape[0] == 0:
         return np.zeros((0,), np.intp)
     order, boxes = _ordered(xyxy, scores, class_id)
-    xywh = np.empty(boxes.shape, np.float64)  # Rect2d: x, y, width, height
+    xywh = np.empty(boxes.shape, np.float64)  # Rect2d: x, y, width, height (float64, like the offsets)
     xywh[:, :2] = boxes[:, :2]
     np.subtract(boxes[:, 2:], boxes[:, :2], out=xywh[:, 2:])
     # OpenCV gets ranks, not scores: boxes are already best first, ranks are positive (it keeps
@@ -136,6 +140,41 @@ def nms(
 ) -> np.ndarray:
     """:func:`nms_indices`, class-aware unless ``agnostic``."""
     return nms_indices(xyxy, scores, iou_threshold, None if agnostic else class_id, max_det)
+
+
+def nms_batched(
+    xyxy: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    class_id: np.ndarray | None,
+    sample: np.ndarray,
+    num_classes: int,
+    max_det: int = 300,
+) -> np.ndarray:
+    """:func:`nms_indices` for the candidates of several images at once: indices kept, best score first.
+
+    ``sample`` (N,) says which image each box belongs to; boxes only suppress boxes of their own image (and
+    class, unless ``class_id`` is None), and ``max_det`` applies per image. One call for a whole batch: the
+    per-image results are those of one call per image (boxes of different groups never overlap once offset,
+    and the order within an image is the same stable best-first order), at one call's host cost.
+    ``num_classes`` bounds ``class_id`` (group = sample x num_classes + class).
+    """
+    if scores.shape[0] == 0:
+        return np.zeros((0,), np.intp)
+    sample = np.asarray(sample, np.int64)
+    group = sample if class_id is None else sample * max(int(num_classes), 1) + np.asarray(class_id, np.int64)
+    kept = nms_indices(xyxy, scores, iou_threshold, group, max(1, scores.shape[0]))
+    if kept.shape[0] <= max_det:
+        return kept
+    # max_det per image: rank of each kept box within its image (kept is best first)
+    owner = sample[kept]
+    by_owner = np.argsort(owner, kind="stable")
+    sorted_owner = owner[by_owner]
+    starts = np.searchsorted(sorted_owner, sorted_owner, side="left")
+    rank = np.empty(kept.shape[0], np.intp)
+    rank[by_owner] = np.arange(kept.shape[0]) - starts
+    result: np.ndarray = kept[rank < max_det]
+    return result
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgert.vision.nms import iou_matrix, nms, nms_indices, nms_indices_numpy, nms_indices_opencv
+from edgert.vision.nms import iou_matrix, nms, nms_batched, nms_indices, nms_indices_numpy, nms_indices_opencv
 
 IMPLS = [nms_indices_numpy]
 try:
@@ -100,3 +100,25 @@ def test_degenerate_boxes_do_not_break(impl) -> None:  # type: ignore[no-untyped
 def test_iou_matrix() -> None:
     iou = iou_matrix([[0, 0, 10, 10]], [[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]])
     np.testing.assert_allclose(iou, [[1.0, 1 / 3, 0.0]])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_batched_equals_one_call_per_image(seed: int, agnostic: bool) -> None:
+    """One NMS call over 8 images' candidates keeps, per image, exactly what a call on that image alone keeps
+    (same boxes, same best-first order), with max_det counted per image; the images' boxes overlap in
+    pixels (the same region of 8 frames) and must still never suppress each other."""
+    rng = np.random.default_rng(seed)
+    per = [int(rng.integers(0, 120)) for _ in range(8)]
+    boxes = [random_boxes(rng, n) for n in per]
+    scores = [rng.uniform(0.1, 1.0, n).astype(np.float32) for n in per]
+    classes = [rng.integers(0, 80, n).astype(np.int32) for n in per]
+    all_boxes, all_scores, all_classes = np.concatenate(boxes), np.concatenate(scores), np.concatenate(classes)
+    sample = np.repeat(np.arange(8), per)
+    for max_det in (1000, 7):
+        got = nms_batched(all_boxes, all_scores, 0.5, None if agnostic else all_classes, sample, 80, max_det)
+        starts = np.concatenate([[0], np.cumsum(per)])
+        for k in range(8):
+            mine = [int(i) - int(starts[k]) for i in got if sample[i] == k]
+            want = reference_nms(boxes[k], scores[k], None if agnostic else classes[k], 0.5)[:max_det]
+            assert mine == want

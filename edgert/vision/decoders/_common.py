@@ -18,7 +18,7 @@ from edgert.errors import ModelError
 from edgert.types import Dim, TensorSpec
 from edgert.vision.coco import COCO_NAMES
 from edgert.vision.detections import Detections
-from edgert.vision.nms import nms_indices
+from edgert.vision.nms import nms_batched
 from edgert.vision.preprocess import LetterboxTransform
 
 __all__ = ["DecoderBase", "describe_outputs", "fixed", "parse_names", "resolve_names"]
@@ -136,21 +136,52 @@ class DecoderBase:
 
         ``xyxy`` is (k, 4) float32 in network-input pixels and owned by the caller (mapped in place).
         """
+        if run_nms:
+            return self._finish_batch(xyxy, conf, cls, np.zeros(conf.shape[0], np.intp), (transform,))[0]
         if self._classes is not None and cls.size:
             keep = np.isin(cls, self._classes)
             xyxy, conf, cls = xyxy[keep], conf[keep], cls[keep]
         if not conf.size:
             return self._empty
-        if run_nms:
-            idx = nms_indices(xyxy, conf, self.config.iou, None if self.config.agnostic else cls, self.config.max_det)
-        elif conf.size > self.config.max_det:
+        if conf.size > self.config.max_det:
             idx = np.argsort(-conf, kind="stable")[: self.config.max_det]
-        else:
-            idx = None
-        if idx is not None:
             xyxy, conf, cls = xyxy[idx], conf[idx], cls[idx]
         transform.to_original(xyxy)
         return Detections(xyxy, conf, cls, self.names)
+
+    def _finish_batch(
+        self,
+        xyxy: np.ndarray,
+        conf: np.ndarray,
+        cls: np.ndarray,
+        sample: np.ndarray,
+        transforms: Sequence[LetterboxTransform],
+    ) -> list[Detections]:
+        """:meth:`_finish` (with NMS) for the candidates of several frames at once: ``sample`` says whose
+        each row is; one NMS call for all of them (:func:`~edgert.vision.nms.nms_batched`), the same
+        detections per frame as one ``_finish`` per frame."""
+        n = len(transforms)
+        if self._classes is not None and cls.size:
+            keep = np.isin(cls, self._classes)
+            xyxy, conf, cls, sample = xyxy[keep], conf[keep], cls[keep], sample[keep]
+        if not conf.size:
+            return [self._empty] * n
+        num_classes = max(len(self.names), int(cls.max()) + 1)
+        idx = nms_batched(xyxy, conf, self.config.iou, None if self.config.agnostic else cls, sample, num_classes,
+                          self.config.max_det)
+        xyxy, conf, cls, sample = xyxy[idx], conf[idx], cls[idx], sample[idx]
+        by_sample = np.argsort(sample, kind="stable")  # keeps best-first order within each frame
+        bounds = np.searchsorted(sample[by_sample], np.arange(n + 1))
+        out: list[Detections] = []
+        for k, transform in enumerate(transforms):
+            rows = by_sample[bounds[k]:bounds[k + 1]]
+            if not rows.size:
+                out.append(self._empty)
+                continue
+            boxes = xyxy[rows]  # a copy: mapped in place
+            transform.to_original(boxes)
+            out.append(Detections(boxes, conf[rows], cls[rows], self.names))
+        return out
 
     @staticmethod
     def _output(outputs: Mapping[str, np.ndarray], name: str) -> np.ndarray:

@@ -5,8 +5,8 @@
 //   cx, cy, w, h, score, class id, anchor index, 0
 // Rows arrive in any order; the host sorts them by anchor index, so the result is the same set, in
 // the same order, as the numpy decoders in edgert.vision.decoders. When more anchors pass than there
-// are rows, the counter still counts them all (edgert_take_count hands it to the host) and the host
-// falls back to decoding the whole output.
+// are rows, the counter still counts them all (edgert_take_counts hands it to the host) and the host
+// falls back to decoding that sample from the whole output.
 // NMS stays on the host (the candidate count is small after the filter).
 //
 // Semantics are those of the CPU decoders, operation for operation:
@@ -16,11 +16,9 @@
 
 #define EDGERT_CAND_COLS 8
 
-extern "C" __global__ void edgert_filter_yolov8(const float* __restrict__ out, int num_classes, int n,
-                                                float conf, int capacity, int* __restrict__ counter,
-                                                float* __restrict__ rows) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+__device__ __forceinline__ void edgert_anchor_yolov8(const float* __restrict__ out, int i, int num_classes, int n,
+                                                     float conf, int capacity, int* __restrict__ counter,
+                                                     float* __restrict__ rows) {
     const float* s = out + (size_t)4 * n + i;
     float best = s[0];
     int cls = 0;
@@ -42,11 +40,9 @@ extern "C" __global__ void edgert_filter_yolov8(const float* __restrict__ out, i
     r[7] = 0.0f;
 }
 
-extern "C" __global__ void edgert_filter_yolov5(const float* __restrict__ out, int num_classes, int n,
-                                                float conf, int capacity, int* __restrict__ counter,
-                                                float* __restrict__ rows) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+__device__ __forceinline__ void edgert_anchor_yolov5(const float* __restrict__ out, int i, int num_classes, int n,
+                                                     float conf, int capacity, int* __restrict__ counter,
+                                                     float* __restrict__ rows) {
     const float* a = out + (size_t)i * (5 + num_classes);
     const float obj = a[4];
     if (!(obj > conf)) return;
@@ -70,12 +66,40 @@ extern "C" __global__ void edgert_filter_yolov5(const float* __restrict__ out, i
     r[7] = 0.0f;
 }
 
-// After a filter: hand the count to the host-visible header and reset the device counter for the next
-// frame (so no memset is needed, and no atomic ever touches host memory, which matters for zero-copy
-// buffers on discrete GPUs where atomics over PCIe are not guaranteed).
-extern "C" __global__ void edgert_take_count(int* __restrict__ counter, int* __restrict__ header) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        header[0] = *counter;
-        *counter = 0;
-    }
+// The filter kernels: a whole batch in one launch (one sample is a batch of one); blockIdx.y is the sample.
+// Sample b reads out + b * out_stride floats, counts on counters[b] and writes its rows after its own
+// header row: region b starts at buf + b * (EDGERT_HEADER_ROWS + capacity) * EDGERT_CAND_COLS floats.
+#define EDGERT_HEADER_ROWS 1
+extern "C" __global__ void edgert_filter_yolov8_batch(const float* __restrict__ out, long long out_stride,
+                                                      int num_classes, int n, float conf, int capacity,
+                                                      int* __restrict__ counters, float* __restrict__ buf) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int b = blockIdx.y;
+    float* region = buf + (size_t)b * (EDGERT_HEADER_ROWS + capacity) * EDGERT_CAND_COLS;
+    edgert_anchor_yolov8(out + (size_t)b * out_stride, i, num_classes, n, conf, capacity, counters + b,
+                         region + EDGERT_HEADER_ROWS * EDGERT_CAND_COLS);
+}
+
+extern "C" __global__ void edgert_filter_yolov5_batch(const float* __restrict__ out, long long out_stride,
+                                                      int num_classes, int n, float conf, int capacity,
+                                                      int* __restrict__ counters, float* __restrict__ buf) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int b = blockIdx.y;
+    float* region = buf + (size_t)b * (EDGERT_HEADER_ROWS + capacity) * EDGERT_CAND_COLS;
+    edgert_anchor_yolov5(out + (size_t)b * out_stride, i, num_classes, n, conf, capacity, counters + b,
+                         region + EDGERT_HEADER_ROWS * EDGERT_CAND_COLS);
+}
+
+// After a filter: hand each sample's count to its region's host-visible header and reset the device counter
+// for the next call (so no memset is needed, and no atomic ever touches host memory, which matters for
+// zero-copy buffers on discrete GPUs where atomics over PCIe are not guaranteed). One thread per sample.
+extern "C" __global__ void edgert_take_counts(int* __restrict__ counters, float* __restrict__ buf, int batch,
+                                              int capacity) {
+    const int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= batch) return;
+    int* header = (int*)(buf + (size_t)b * (EDGERT_HEADER_ROWS + capacity) * EDGERT_CAND_COLS);
+    header[0] = counters[b];
+    counters[b] = 0;
 }

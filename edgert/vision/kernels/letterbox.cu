@@ -51,24 +51,16 @@ __device__ __forceinline__ void edgert_store(void* __restrict__ out, size_t inde
     }
 }
 
-// Scalar parameters rather than a struct: their layout in the launch buffer is then unambiguous.
-//   src_pitch: bytes per source row (3 * src_w when packed)
-//   top, left, new_h, new_w: where the resized frame sits inside the dst_h x dst_w input
-//   ch0..ch2: output channel c reads source (BGR) channel ch<c>
-//   alpha/beta: out = pixel * alpha + beta per output channel (scale / std, -mean / std)
-extern "C" __global__ void edgert_letterbox(const unsigned char* __restrict__ src,
-                                            const int4* __restrict__ xtab,
-                                            const int4* __restrict__ ytab,
-                                            void* __restrict__ out,
-                                            int src_pitch, int dst_h, int dst_w,
-                                            int top, int left, int new_h, int new_w, int pad,
-                                            int ch0, int ch1, int ch2, int layout, int dtype, int has_beta,
-                                            float alpha0, float alpha1, float alpha2,
-                                            float beta0, float beta1, float beta2) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    const int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= dst_w || y >= dst_h) return;
-
+// One output pixel (x, y) of one sample: the body both kernels share.
+__device__ __forceinline__ void edgert_letterbox_pixel(const unsigned char* __restrict__ src,
+                                                       const int4* __restrict__ xtab,
+                                                       const int4* __restrict__ ytab,
+                                                       void* __restrict__ out, int x, int y,
+                                                       int src_pitch, int dst_h, int dst_w,
+                                                       int top, int left, int new_h, int new_w, int pad,
+                                                       int ch0, int ch1, int ch2, int layout, int dtype,
+                                                       int has_beta, float alpha0, float alpha1, float alpha2,
+                                                       float beta0, float beta1, float beta2) {
     int bgr[3] = {pad, pad, pad};
     const int rx = x - left, ry = y - top;
     if (rx >= 0 && rx < new_w && ry >= 0 && ry < new_h) {
@@ -95,4 +87,47 @@ extern "C" __global__ void edgert_letterbox(const unsigned char* __restrict__ sr
         edgert_store(out, 3 * pix + 1, p1, alpha1, beta1, dtype, has_beta);
         edgert_store(out, 3 * pix + 2, p2, alpha2, beta2, dtype, has_beta);
     }
+}
+
+// Scalar parameters rather than a struct: their layout in the launch buffer is then unambiguous.
+//   src_pitch: bytes per source row (3 * src_w when packed)
+//   top, left, new_h, new_w: where the resized frame sits inside the dst_h x dst_w input
+//   ch0..ch2: output channel c reads source (BGR) channel ch<c>
+//   alpha/beta: out = pixel * alpha + beta per output channel (scale / std, -mean / std)
+extern "C" __global__ void edgert_letterbox(const unsigned char* __restrict__ src,
+                                            const int4* __restrict__ xtab,
+                                            const int4* __restrict__ ytab,
+                                            void* __restrict__ out,
+                                            int src_pitch, int dst_h, int dst_w,
+                                            int top, int left, int new_h, int new_w, int pad,
+                                            int ch0, int ch1, int ch2, int layout, int dtype, int has_beta,
+                                            float alpha0, float alpha1, float alpha2,
+                                            float beta0, float beta1, float beta2) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= dst_w || y >= dst_h) return;
+    edgert_letterbox_pixel(src, xtab, ytab, out, x, y, src_pitch, dst_h, dst_w, top, left, new_h, new_w, pad,
+                           ch0, ch1, ch2, layout, dtype, has_beta, alpha0, alpha1, alpha2, beta0, beta1, beta2);
+}
+
+// A whole batch in one launch: blockIdx.z is the sample. Each sample's frame may have its own size, so its
+// geometry comes from a table of EDGERT_BATCH_COLS long longs per sample, uploaded with the frames:
+//   src offset (bytes from src_base), x table address, y table address, src_pitch, top, left, new_h, new_w
+// Sample k is written at out_base + k * out_stride bytes (the batched input, sample after sample).
+#define EDGERT_BATCH_COLS 8
+extern "C" __global__ void edgert_letterbox_batch(const unsigned char* __restrict__ src_base,
+                                                  const long long* __restrict__ params,
+                                                  unsigned char* __restrict__ out_base, long long out_stride,
+                                                  int dst_h, int dst_w, int pad,
+                                                  int ch0, int ch1, int ch2, int layout, int dtype, int has_beta,
+                                                  float alpha0, float alpha1, float alpha2,
+                                                  float beta0, float beta1, float beta2) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= dst_w || y >= dst_h) return;
+    const long long* p = params + (size_t)blockIdx.z * EDGERT_BATCH_COLS;
+    edgert_letterbox_pixel(src_base + p[0], (const int4*)p[1], (const int4*)p[2],
+                           out_base + (size_t)blockIdx.z * out_stride, x, y,
+                           (int)p[3], dst_h, dst_w, (int)p[4], (int)p[5], (int)p[6], (int)p[7], pad,
+                           ch0, ch1, ch2, layout, dtype, has_beta, alpha0, alpha1, alpha2, beta0, beta1, beta2);
 }
