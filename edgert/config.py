@@ -165,11 +165,6 @@ class RuntimeConfig:
     2 on the CPU (two single-threaded sessions beat one two-threaded one on a few cores), 3 on the GPU.
     ``memory`` and ``cuda_graph`` apply to the GPU processor only; None means its default (auto / off).
     ``metrics``: ``HOST:PORT`` to serve Prometheus metrics while the pipeline runs.
-    ``switch_interval_ms``: Python's thread switch interval while the pipeline runs (``sys.setswitchinterval``;
-    restored after). The pipeline's threads hand frames to each other and to C calls that release the GIL
-    (decoding, inference, copies); with Python's 5 ms a thread that gets its result back can wait up to 5 ms
-    for the GIL behind one that computes. 1 ms measured faster with 8 streams on the H200 (docs/pipeline.md);
-    None leaves the interpreter's setting alone.
     """
 
     queue_size: int = 4
@@ -182,7 +177,6 @@ class RuntimeConfig:
     metrics: str | None = None
     batch: int | None = None
     batch_timeout_ms: float = 10.0
-    switch_interval_ms: float | None = 1.0
 
     def __post_init__(self) -> None:
         _check(self.queue_size >= 1, "queue_size", f"expected >= 1, got {self.queue_size}")
@@ -197,9 +191,6 @@ class RuntimeConfig:
             _check(1 <= self.batch <= MAX_BATCH, "batch", f"expected 1..{MAX_BATCH}, got {self.batch}")
         _check(0 <= self.batch_timeout_ms <= 10_000, "batch_timeout_ms",
                f"expected 0..10000 milliseconds, got {self.batch_timeout_ms}")
-        if self.switch_interval_ms is not None:
-            _check(0.05 <= self.switch_interval_ms <= 100, "switch_interval_ms",
-                   f"expected 0.05..100 milliseconds, got {self.switch_interval_ms}")
 
 
 @dataclass(frozen=True)

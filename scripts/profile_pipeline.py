@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 import sys
 import threading
@@ -49,8 +48,7 @@ def main() -> int:
     ap.add_argument("--out", default="profile.json")
     ap.add_argument("--interval-ms", type=float, default=2.0)
     ap.add_argument("--top", type=int, default=8)
-    ap.add_argument("--switch-ms", type=float,
-                    help="runtime.switch_interval_ms for the run (edgert's default 1; Python's own is 5)")
+    ap.add_argument("--switch-ms", type=float, help="sys.setswitchinterval for the run (Python's default: 5 ms)")
     ap.add_argument("--no-sample", action="store_true", help="run without the sampler (its own cost, for comparison)")
     args = ap.parse_args(sys.argv[1:cut])
 
@@ -78,9 +76,8 @@ def main() -> int:
                 own[name][_where(frame, True)] += 1
             time.sleep(args.interval_ms / 1000.0)
 
-    if args.switch_ms is not None:
-        config = dataclasses.replace(config, runtime=dataclasses.replace(config.runtime,
-                                                                          switch_interval_ms=args.switch_ms))
+    if args.switch_ms:
+        sys.setswitchinterval(args.switch_ms / 1000.0)
     sampler = threading.Thread(target=sample, name="sampler", daemon=True)
     t0 = time.perf_counter()
     if not args.no_sample:
@@ -99,7 +96,7 @@ def main() -> int:
             "leaf": [(k, round(v / n, 3)) for k, v in leaf[name].most_common(args.top)],
             "edgert": [(k, round(v / n, 3)) for k, v in own[name].most_common(args.top)],
         }
-    print(f"switch interval {config.runtime.switch_interval_ms} ms")
+    print(f"switch interval {sys.getswitchinterval() * 1000:g} ms")
     print(f"fps {summary['fps']}  frames {summary['frames']}  wall {wall:.1f} s  gpu_ms {summary.get('gpu_ms')}")
     print(f"latency_ms {json.dumps(summary['latency_ms'])}")
     for name, t in threads.items():
@@ -110,7 +107,7 @@ def main() -> int:
         for k, share in t["leaf"][:4]:
             print(f"   {share:6.1%}  {k}")
     write_json(args.out, {"machine": machine_info(), "argv": sys.argv[cut + 1:], "fps": summary["fps"],
-                          "switch_ms": config.runtime.switch_interval_ms, "sampled": not args.no_sample,
+                          "switch_ms": sys.getswitchinterval() * 1000, "sampled": not args.no_sample,
                           "summary": {k: summary[k] for k in ("frames", "latency_ms", "gpu_ms", "batch", "slots")
                                       if k in summary}, "threads": threads})
     return 0

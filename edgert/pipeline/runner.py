@@ -38,7 +38,6 @@ import dataclasses
 import logging
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -438,9 +437,6 @@ class Pipeline:
             for name, fn, args in stages
         ]
         restore = self._install_signals()
-        switch = sys.getswitchinterval()
-        if self.config.runtime.switch_interval_ms is not None:
-            sys.setswitchinterval(self.config.runtime.switch_interval_ms / 1000.0)
         if self._hooks is not None:
             self._hooks.begin()
         try:
@@ -458,7 +454,6 @@ class Pipeline:
         finally:
             if self._hooks is not None:
                 self._hooks.end()
-            sys.setswitchinterval(switch)
             restore()
 
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
-from edgert.errors import ConfigError, SourceError
+from edgert.errors import SourceError
 from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, PipelineStats
 from edgert.pipeline.processors import open_processor
 from edgert.pipeline.stats import LatencyRing
@@ -186,35 +186,3 @@ def test_latency_ring_quantiles() -> None:
 def test_source_routing_used_by_the_runner(media: dict[str, Path]) -> None:
     with open_source(str(media["video"])) as source:
         assert not source.live and source.width == 96
-
-
-@pytest.mark.parametrize("wanted", [1.0, None])
-def test_switch_interval_is_set_for_the_run_and_given_back(media: dict[str, Path], wanted: float | None) -> None:
-    """runtime.switch_interval_ms is the interpreter's switch interval while the frames run (seen from the
-    results thread), and the caller's own setting is back afterwards; None leaves it alone."""
-    import sys
-
-    seen: list[float] = []
-
-    class Watch(BaseObserver):
-        def on_frame(self, stats: PipelineStats) -> None:
-            seen.append(sys.getswitchinterval())
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.0042)
-    try:
-        config = _config(media, switch_interval_ms=wanted, max_frames=5)
-        Pipeline(config, observers=[Watch()], handle_signals=False).run()
-        assert seen and all(s == pytest.approx(0.0042 if wanted is None else wanted / 1000.0) for s in seen)
-        assert sys.getswitchinterval() == pytest.approx(0.0042)
-    finally:
-        sys.setswitchinterval(before)
-
-
-def test_switch_interval_out_of_range_is_refused(tmp_path: Path) -> None:
-    from edgert.config import load_config
-
-    path = tmp_path / "run.yaml"
-    path.write_text("runtime:\n  switch_interval_ms: 0\n")
-    with pytest.raises(ConfigError, match=r"run.yaml:2.*switch_interval_ms.*0.05..100"):
-        load_config(path)
