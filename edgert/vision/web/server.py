@@ -301,13 +301,14 @@ class WebPreviewSink(Sink):
             return channel.jpeg
 
     def sources_payload(self) -> dict[str, Any]:
-        """Each source in order: its name, frame size, viewers, and the pipeline's own per-source figures."""
+        """Each source in order: its name, frame size, viewers, JPEGs encoded, and the pipeline's own
+        per-source figures."""
         figures = self._stats.sources if self._stats is not None else {}
         with self._cond:
             rows: list[dict[str, Any]] = [
                 {"name": ch.name, "width": ch.size[0] if ch.size else None,
                  "height": ch.size[1] if ch.size else None, "viewers": ch.clients,
-                 "last_detections": ch.last_detections, "has_frame": ch.jpeg is not None}
+                 "last_detections": ch.last_detections, "encoded": ch.seq}
                 for ch in self._channels.values()]
         for row in rows:
             own = figures.get(str(row["name"]), {})
