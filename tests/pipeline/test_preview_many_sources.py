@@ -210,3 +210,6 @@ def test_page_shows_one_tile_per_source_in_headless_chromium(tmp_path: Path) -> 
             assert tuple(size) == SIZES["lane"]
             assert browser.evaluate("document.querySelectorAll('.tile').length") == 0
             assert browser.evaluate("document.getElementById('back').hidden") is False
+            figures = browser.wait_for("(() => { const t = document.getElementById('source').textContent; "
+                                       "return t.includes(' fps') ? t : null; })()", 10)
+            assert figures.startswith("lane · ") and "dropped" in figures and "reconnects" in figures
