@@ -327,18 +327,19 @@ class Pipeline:
         prepared: list[tuple[Any, _Feed | None]] = []
         try:
             for spec, owner in plan:
-                src = (owner or feeds[0]).source
-                sink = as_sink(spec, f"{_basename(self.config.model.path)} on {src.uri}")
+                sink = as_sink(spec, self._sink_title(owner))
                 prepared.append((sink, owner))
-                if owner is None and several and sink.needs_image:
+                if owner is None and several and sink.needs_image and not sink.multi_source:
                     raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
                                       "source's sinks")
                 sink.prepare()
             for sink, owner in prepared:
+                # The first source's size and rate for a shared sink; a multi-source one reads each frame's own.
                 src = (owner or feeds[0]).source
-                title = f"{_basename(self.config.model.path)} on {src.uri}"
-                sink.open(StreamInfo(src.width, src.height, src.fps, self._names, title, self.stats))
+                names = (owner.name,) if owner is not None else tuple(feed.name for feed in feeds)
+                sink.open(StreamInfo(src.width, src.height, src.fps, self._names, self._sink_title(owner),
+                                     self.stats, names))
                 worker = SinkWorker(sink, on_failure=self._sink_failed)
                 worker.start()
                 self._workers.append(worker)
@@ -361,6 +362,12 @@ class Pipeline:
         shared_draw = any(w.sink.needs_image for w in self._shared)
         for feed in feeds:
             feed.draw = shared_draw or any(w.sink.needs_image for w in feed.workers)
+
+    def _sink_title(self, owner: _Feed | None) -> str:
+        model = _basename(self.config.model.path)
+        if owner is None and len(self._feeds) > 1:
+            return f"{model} on {len(self._feeds)} sources"
+        return f"{model} on {(owner or self._feeds[0]).source.uri}"
 
     def _sink_failed(self, worker: Any) -> None:
         self._errors.append(worker.error)

@@ -43,7 +43,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StreamInfo:
-    """What a sink learns at open: the frame size and rate of the source, and the class names."""
+    """What a sink learns at open: the frame size and rate of the source, and the class names.
+
+    ``sources``: the names of the sources whose frames it will get, in order (a shared sink of a run with
+    several sources gets them all; empty when the sink is used on its own)."""
 
     width: int
     height: int
@@ -51,6 +54,7 @@ class StreamInfo:
     names: tuple[str, ...] = ()
     title: str = "edgert"
     stats: PipelineStats | None = field(default=None, compare=False)
+    sources: tuple[str, ...] = ()
 
 
 @dataclass
@@ -96,6 +100,10 @@ class Sink(abc.ABC):
     #: True: the sink must see every frame (files): a full queue makes the pipeline wait instead of dropping.
     #: False (previews, displays, streams): a slow sink skips frames, counted, and never slows the pipeline.
     lossless: bool = False
+    #: True: one sink takes the drawn frames of several sources and tells them apart by ``result.source``
+    #: (the web preview's tiles). False: a drawing sink shared by several sources is refused (one video file
+    #: cannot hold two cameras' frames); give it a ``{source}`` placeholder instead.
+    multi_source: bool = False
 
     def __init__(self, uri: str) -> None:
         self.uri = uri

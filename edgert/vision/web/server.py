@@ -1,11 +1,17 @@
 """The web preview sink: a stdlib HTTP server with the annotated MJPEG stream and live statistics.
 
 Routes: ``/`` the page (``index.html`` beside this module), ``/stream.mjpg`` the annotated frames as
-``multipart/x-mixed-replace`` JPEGs, ``/stats.json`` the pipeline statistics (FPS, latency
-percentiles, drops, watts when a power meter runs), ``/snapshot.jpg`` the latest frame.
+``multipart/x-mixed-replace`` JPEGs, ``/snapshot.jpg`` the latest frame, ``/stats.json`` the pipeline
+statistics (FPS, latency percentiles, drops, watts when a power meter runs), ``/sources.json`` the sources
+with their own figures (frames, FPS, drops, reconnects from ``stats.sources``, frame size).
+
+One preview takes the frames of every source of a run (``multi_source``): it keeps the latest JPEG of each,
+``?source=NAME`` picks one on the stream and the snapshot (without it: the first source, so a run with one
+source reads as before), and a name the run does not have is a 404. The page shows one tile per source.
 
 It binds to 127.0.0.1 unless the URI names another host: a camera feed should not reach the network
-by accident. Frames are JPEG-encoded on the sink's own thread, and only while someone is watching.
+by accident. Frames are JPEG-encoded on the sink's own thread, and only for a source someone is watching
+(a stream open, or a snapshot asked for).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import logging
 import threading
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from edgert._lazy import lazy_import
 from edgert._package_data import read_bytes
@@ -30,10 +36,26 @@ log = logging.getLogger(__name__)
 
 BOUNDARY = b"edgertframe"
 JPEG_QUALITY = 80
+#: How long a snapshot of a source nobody streams waits for a freshly encoded frame before it takes the last one.
+SNAPSHOT_WAIT_S = 1.0
 
 
 def _page() -> bytes:
     return read_bytes("edgert.vision.web", "index.html")
+
+
+class _Channel:
+    """One source's latest JPEG and who watches it. Read and written under the sink's condition."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.jpeg: bytes | None = None
+        self.seq = 0  # JPEGs encoded so far
+        self.clients = 0  # open streams
+        self.wanted = 0  # snapshot requests waiting for a fresh JPEG
+        self.frames = 0  # frames written (encoded or not)
+        self.size: tuple[int, int] | None = None  # (width, height) of the last frame
+        self.last_detections = 0
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -45,19 +67,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         sink = self.server.sink
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path in ("/", "/index.html"):
             self._send(200, "text/html; charset=utf-8", sink.page)
         elif path == "/stats.json":
             self._send(200, "application/json", json.dumps(sink.stats_payload()).encode())
-        elif path == "/snapshot.jpg":
-            jpeg = sink.latest_jpeg()
-            if jpeg is None:
-                self._send(503, "text/plain", b"no frame yet\n")
+        elif path == "/sources.json":
+            self._send(200, "application/json", json.dumps(sink.sources_payload()).encode())
+        elif path in ("/snapshot.jpg", "/stream.mjpg"):
+            names = parse_qs(query).get("source")
+            channel = sink.channel(names[0] if names else None)
+            if channel is None:
+                self._send(404, "text/plain; charset=utf-8", sink.unknown_source(names[0] if names else None))
+            elif path == "/stream.mjpg":
+                self._stream(sink, channel)
             else:
-                self._send(200, "image/jpeg", jpeg)
-        elif path == "/stream.mjpg":
-            self._stream(sink)
+                jpeg = sink.snapshot(channel)
+                if jpeg is None:
+                    self._send(503, "text/plain", b"no frame yet\n")
+                else:
+                    self._send(200, "image/jpeg", jpeg)
         else:
             self._send(404, "text/plain", b"not found\n")
 
@@ -69,17 +98,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _stream(self, sink: WebPreviewSink) -> None:
+    def _stream(self, sink: WebPreviewSink, channel: _Channel) -> None:
         self.send_response(200)
         self.send_header("Content-Type", f"multipart/x-mixed-replace; boundary={BOUNDARY.decode()}")
         self.send_header("Cache-Control", "no-store")
         self.send_header("Connection", "close")
         self.end_headers()
-        sink.client_joined()
+        sink.client_joined(channel)
         try:
             seq = -1
             while not sink.closing:
-                jpeg, seq_now = sink.wait_jpeg(seq, timeout=0.5)
+                jpeg, seq_now = sink.wait_jpeg(seq, timeout=0.5, channel=channel)
                 if jpeg is None:
                     continue
                 seq = seq_now
@@ -90,11 +119,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the viewer went away
         finally:
-            sink.client_left()
+            sink.client_left(channel)
 
 
-#: Viewers at once (each stream holds a thread); more get a 503. A viewer that stops reading is dropped
-#: after the idle timeout, so slow or silent clients cannot pile up threads.
+#: Viewers at once (each stream holds a thread; a page of tiles holds one per source); more get a 503. A viewer
+#: that stops reading is dropped after the idle timeout, so slow or silent clients cannot pile up threads.
 MAX_CLIENTS = 32
 
 
@@ -107,9 +136,10 @@ class _Server(BoundedHTTPServer):
 
 
 class WebPreviewSink(Sink):
-    """``http://127.0.0.1:8080``: serve the annotated stream and stats while the pipeline runs."""
+    """``http://127.0.0.1:8080``: serve the annotated stream of each source and the stats while the pipeline runs."""
 
     needs_image = True
+    multi_source = True
 
     def __init__(self, uri: str, host: str = "127.0.0.1", port: int = 8080, title: str = "edgert") -> None:
         super().__init__(uri)
@@ -122,11 +152,8 @@ class WebPreviewSink(Sink):
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
-        self._jpeg: bytes | None = None
-        self._seq = 0
-        self._clients = 0
+        self._channels: dict[str, _Channel] = {}  # in the run's source order; the first is the default
         self._stats: PipelineStats | None = None
-        self._last_detections = 0
         self._info: StreamInfo | None = None
 
     @classmethod
@@ -163,6 +190,12 @@ class WebPreviewSink(Sink):
         self._info = info
         self._stats = info.stats
         self.title = info.title or self.title
+        with self._cond:
+            for name in info.sources:
+                self._channels.setdefault(name, _Channel(name))
+        # The pipeline hands frames over one queue; room for one frame per source, so a source that arrives
+        # while another is being encoded waits instead of being dropped (the worker reads this after open).
+        self.queue_size = max(type(self).queue_size, len(info.sources))
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("web preview listens on %s:%d: reachable from the network", self.host, self.port)
         self.running = True
@@ -172,17 +205,36 @@ class WebPreviewSink(Sink):
         log.info("web preview at %s", self.url)
 
     def write(self, result: FrameResult) -> None:
-        self._last_detections = len(result.detections)
-        if result.image is None or (self._clients == 0 and self._jpeg is not None):
-            return  # nobody watching: skip the JPEG work (the snapshot keeps the last one encoded)
+        with self._cond:
+            channel = self._channel_for(result.source)
+            channel.frames += 1
+            channel.last_detections = len(result.detections)
+            image = result.image
+            if image is not None:
+                channel.size = (int(image.shape[1]), int(image.shape[0]))
+            # Nobody watching this source: skip the JPEG work (the snapshot keeps the last one encoded).
+            if image is None or (channel.clients == 0 and channel.wanted == 0 and channel.jpeg is not None):
+                return
         cv2 = lazy_import("cv2")
-        ok, buf = cv2.imencode(".jpg", result.image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+        ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
         if not ok:
             return
         with self._cond:
-            self._jpeg = buf.tobytes()
-            self._seq += 1
+            channel.jpeg = buf.tobytes()
+            channel.seq += 1
             self._cond.notify_all()
+
+    def _channel_for(self, name: str | None) -> _Channel:
+        """The channel of a frame's source (call with the condition held); a frame without a source name
+        (the sink used on its own) goes to the first."""
+        if name is None:
+            if self._channels:
+                return next(iter(self._channels.values()))
+            name = "0"
+        channel = self._channels.get(name)
+        if channel is None:  # a source the sink was not told about at open: it gets a channel of its own
+            channel = self._channels[name] = _Channel(name)
+        return channel
 
     def close(self) -> None:
         self.running = False
@@ -199,30 +251,78 @@ class WebPreviewSink(Sink):
             self._thread = None
 
     # -- for the request handlers -------------------------------------------------------------------
-    def client_joined(self) -> None:
+    def channel(self, name: str | None) -> _Channel | None:
+        """The channel of source ``name`` (None: the first one); None for a name this run does not have."""
         with self._cond:
-            self._clients += 1
+            if name is None:
+                return self._channel_for(None)
+            return self._channels.get(name)
 
-    def client_left(self) -> None:
+    def unknown_source(self, name: str | None) -> bytes:
         with self._cond:
-            self._clients -= 1
+            names = ", ".join(self._channels) or "none yet"
+        shown = json.dumps(name)[:80]  # quoted and escaped: the name came from the request
+        return f"no source named {shown}; sources: {names}\n".encode()
 
-    def wait_jpeg(self, after: int, timeout: float) -> tuple[bytes | None, int]:
-        """The newest JPEG once it is newer than ``after`` (or None after ``timeout``)."""
+    def client_joined(self, channel: _Channel | None = None) -> None:
         with self._cond:
-            if self._seq <= after or self._jpeg is None:
+            (channel or self._channel_for(None)).clients += 1
+
+    def client_left(self, channel: _Channel | None = None) -> None:
+        with self._cond:
+            (channel or self._channel_for(None)).clients -= 1
+
+    def wait_jpeg(self, after: int, timeout: float, channel: _Channel | None = None) -> tuple[bytes | None, int]:
+        """The newest JPEG of ``channel`` (default: the first source) once it is newer than ``after`` (or None
+        after ``timeout``)."""
+        with self._cond:
+            ch = channel or self._channel_for(None)
+            if ch.seq <= after or ch.jpeg is None:
                 self._cond.wait(timeout)
-            if self._seq <= after or self._jpeg is None:
+            if ch.seq <= after or ch.jpeg is None:
                 return None, after
-            return self._jpeg, self._seq
+            return ch.jpeg, ch.seq
 
-    def latest_jpeg(self) -> bytes | None:
+    def latest_jpeg(self, channel: _Channel | None = None) -> bytes | None:
         with self._cond:
-            return self._jpeg
+            return (channel or self._channel_for(None)).jpeg
+
+    def snapshot(self, channel: _Channel) -> bytes | None:
+        """The latest JPEG of ``channel``. When nobody streams that source its last JPEG may be old: ask the
+        sink's thread to encode the next frame and wait for it a little (not after the run ended)."""
+        with self._cond:
+            if channel.clients == 0 and self.running and not self.closing:
+                seen = channel.seq
+                channel.wanted += 1
+                try:
+                    self._cond.wait_for(lambda: channel.seq > seen or self.closing, SNAPSHOT_WAIT_S)
+                finally:
+                    channel.wanted -= 1
+            return channel.jpeg
+
+    def sources_payload(self) -> dict[str, Any]:
+        """Each source in order: its name, frame size, viewers, JPEGs encoded, and the pipeline's own
+        per-source figures."""
+        figures = self._stats.sources if self._stats is not None else {}
+        with self._cond:
+            rows: list[dict[str, Any]] = [
+                {"name": ch.name, "width": ch.size[0] if ch.size else None,
+                 "height": ch.size[1] if ch.size else None, "viewers": ch.clients,
+                 "last_detections": ch.last_detections, "encoded": ch.seq}
+                for ch in self._channels.values()]
+        for row in rows:
+            own = figures.get(str(row["name"]), {})
+            row.update({"frames": int(own.get("frames", 0)), "fps": own.get("fps", 0.0),
+                        "dropped": int(own.get("dropped", 0)), "reconnects": int(own.get("reconnects", 0))})
+        return {"title": self.title, "running": self.running, "sources": rows}
 
     def stats_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"title": self.title, "running": self.running, "viewers": self._clients,
-                                   "last_detections": self._last_detections}
+        with self._cond:
+            viewers = sum(ch.clients for ch in self._channels.values())
+            last = sum(ch.last_detections for ch in self._channels.values())
+            count = len(self._channels)
+        payload: dict[str, Any] = {"title": self.title, "running": self.running, "viewers": viewers,
+                                   "last_detections": last, "source_count": count}
         if self._info is not None:
             payload["source"] = {"width": self._info.width, "height": self._info.height, "fps": self._info.fps}
         if self._stats is not None:
