@@ -12,16 +12,19 @@ For each model (the batch dimension made dynamic by edgert's checked rewrite whe
 Compute-only batch throughput is ``scripts/bench_batch_gpu.py`` (run beside this, same machine).
 
     python3 scripts/bench_many_streams.py --out many_streams.json [--streams 1,2,4,8] [--frames 1500]
+    python3 scripts/bench_many_streams.py --run-args "--memory zero-copy --slots 4" --batch-per-stream 2 --no-check
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +33,12 @@ from _bench import assets_dir, machine_info, write_json
 MODELS = ("yolov8s-fall-640.onnx", "nanodet-m-416-coco-v8layout.onnx")
 
 
-def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onnxruntime-cuda") -> dict[str, Any]:
+def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onnxruntime-cuda",
+        extra: Sequence[str] = (), batch_per_stream: int = 0) -> dict[str, Any]:
     sources = [a for _ in range(streams) for a in ("--source", str(video))]
+    batch = ["--batch", str(batch_per_stream * streams)] if batch_per_stream else []
     cmd = [sys.executable, "-m", "edgert.cli.main", "run", "--backend", backend, "--model", str(model),
-           *sources, "--loop", "--max-frames", str(frames), "--json"]
+           *sources, "--loop", "--max-frames", str(frames), "--json", *batch, *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -41,6 +46,7 @@ def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onn
     s = json.loads(proc.stdout)
     total = s["latency_ms"]["total"]
     return {"streams": streams, "batch": s.get("batch"), "processing": s.get("processing"), "slots": s.get("slots"),
+            "memory": (s.get("processor") or {}).get("memory"),
             "frames": s["frames"], "aggregate_fps": s["fps"],
             "per_stream_fps": [src["fps"] for src in s["sources"]],
             "latency_p50_ms": total["p50"], "latency_p99_ms": total["p99"],
@@ -84,27 +90,35 @@ def main() -> int:
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--backend", default="onnxruntime-cuda", help="onnxruntime for a quick check on a CPU machine")
     ap.add_argument("--check-frames", type=int, default=60)
+    ap.add_argument("--run-args", default="", help="more `edgert run` arguments for every row, e.g. "
+                    "\"--memory zero-copy --slots 4\"")
+    ap.add_argument("--batch-per-stream", type=int, default=0,
+                    help="--batch = this x streams (default: edgert's own, one frame per stream)")
+    ap.add_argument("--no-check", action="store_true", help="skip the batched-vs-alone check")
     args = ap.parse_args()
+    extra = shlex.split(args.run_args)
     assets = assets_dir()
     video = assets / "video" / "vtest.avi"
-    results: dict[str, Any] = {"machine": machine_info(), "frames_per_stream": args.frames}
+    results: dict[str, Any] = {"machine": machine_info(), "frames_per_stream": args.frames, "run_args": extra,
+                               "batch_per_stream": args.batch_per_stream or None}
     for name in args.models:
         model = assets / "models" / "detection" / name
         key = name.split("-")[0]
         rows = []
         for n in (int(x) for x in args.streams.split(",")):
             try:
-                rows.append(run(model, video, n, args.frames, args.backend))
+                rows.append(run(model, video, n, args.frames, args.backend, extra, args.batch_per_stream))
             except Exception as exc:  # one failing row must not lose the others
                 rows.append({"streams": n, "error": str(exc)})
             print(f"{key}: {json.dumps(rows[-1])}", flush=True)
             results[key] = {"rows": rows}
             write_json(args.out, results)
-        try:
-            results[key]["check"] = check(model, video, args.check_frames, args.backend)
-        except Exception as exc:
-            results[key]["check"] = {"error": str(exc)}
-        print(f"{key} check: {results[key]['check']}", flush=True)
+        if not args.no_check:
+            try:
+                results[key]["check"] = check(model, video, args.check_frames, args.backend)
+            except Exception as exc:
+                results[key]["check"] = {"error": str(exc)}
+            print(f"{key} check: {results[key]['check']}", flush=True)
         one = next((r for r in rows if r.get("streams") == 1 and "aggregate_fps" in r), None)
         for r in rows:
             if one and "aggregate_fps" in r:

@@ -33,6 +33,7 @@ import glob
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -332,9 +333,12 @@ class _BlockingCalls:
 class VideoFileSource(FrameSource):
     """A video file: every frame in order; undecodable frames are counted skips; ``loop`` restarts it.
 
-    Opening and reading happen on a reader thread: a read that takes longer than ``timeout`` seconds (a
-    FIFO or a network mount that stopped delivering) is a stall that ends the source, and ``stop()``
-    ends a waiting read at once.
+    A FIFO (or any path that is not a regular file) is opened and read on a reader thread: a read that
+    takes longer than ``timeout`` seconds (a writer that stopped delivering) is a stall that ends the
+    source, and ``stop()`` ends a waiting read at once. A regular file is read in the caller's own thread:
+    its reads end (a frame, or the end of the file), and handing every frame to another thread and back
+    cost a quarter of the host time of 8 streams on the H200 (docs/pipeline.md). ``stop()`` then takes
+    effect at the next read.
     """
 
     kind = "video"
@@ -350,20 +354,27 @@ class VideoFileSource(FrameSource):
         self._bad_frame = RepeatedWarning(log, "%s: frame %d cannot be decoded, skipped")
         self._consumed = 0  # frames of this pass through the file: delivered or counted as undecodable
         self._calls: _BlockingCalls | None = None
+        self._direct = False  # a regular file: read in the caller's thread
+        self._stopping = False
 
     def open(self) -> None:
         if not self.path.exists():
             raise SourceError(f"{self.path}: video file not found")
         if not os.access(self.path, os.R_OK):
             raise SourceError(f"{self.path}: video file is not readable (permissions)")
-        self._calls = _BlockingCalls(f"edgert-read:{self.path.name}")
-        status, opened = self._calls.call(self._open_blocking, None, self.timeout)
-        if status != "ok":
-            self.stalls += status == "timeout"
-            self._abandon()
-            raise SourceError(f"{self.path}: no frame within {self.timeout:g} s (a FIFO nobody writes to, or a "
-                              "stalled mount?). Note: source.timeout_s sets the wait" if status == "timeout"
-                              else f"{self.path}: stopped while opening")
+        self._stopping = False
+        self._direct = stat.S_ISREG(self.path.stat().st_mode)
+        if self._direct:
+            opened = self._open_blocking(None)
+        else:
+            self._calls = _BlockingCalls(f"edgert-read:{self.path.name}")
+            status, opened = self._calls.call(self._open_blocking, None, self.timeout)
+            if status != "ok":
+                self.stalls += status == "timeout"
+                self._abandon()
+                raise SourceError(f"{self.path}: no frame within {self.timeout:g} s (a FIFO nobody writes to, or "
+                                  "a stalled mount?). Note: source.timeout_s sets the wait" if status == "timeout"
+                                  else f"{self.path}: stopped while opening")
         cap, frame = opened
         self._cap = cap
         self._first = frame
@@ -389,13 +400,24 @@ class VideoFileSource(FrameSource):
         return cap, frame
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
-        if self._cap is None or self._calls is None:
+        if self._cap is None:
             return None
         if self._first is not None:
             first, self._first = self._first, None
             self._consumed += 1
             return _into(out, first)
-        status, frame = self._calls.call(self._read_blocking, out, self.timeout)
+        if self._direct:
+            if self._stopping:
+                self.end_reason = "stopped"
+                return None
+            frame = self._read_blocking(out)
+            if frame is None and self.end_reason is None:
+                self.end_reason = "end of input"
+            return frame
+        calls = self._calls
+        if calls is None:
+            return None
+        status, frame = calls.call(self._read_blocking, out, self.timeout)
         if status == "ok":
             if frame is None and self.end_reason is None:
                 self.end_reason = "end of input"
@@ -466,6 +488,7 @@ class VideoFileSource(FrameSource):
             self._cap = None
 
     def stop(self) -> None:
+        self._stopping = True
         calls = self._calls
         if calls is not None:
             calls.stop()
