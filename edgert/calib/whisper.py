@@ -291,7 +291,8 @@ def format_whisper_table(report: dict[str, Any]) -> str:
     if acc:
         lines.append(f"check        on {acc['clips']} calibration clip(s): WER of INT8 vs FP32 transcripts "
                      f"{acc['wer_vs_fp32'] * 100:.1f}%, encoder output normalized MSE {acc['encoder_out_nmse']:.2e}")
-    lines.append(f"time         {t['total']} s (statistics {t['collect']} s, ranges {t['ranges']} s, check {t['check']} s)")
+    lines.append(f"time         {t['total']} s (statistics {t['collect']} s, ranges {t['ranges']} s, "
+                 f"check {t['check']} s)")
     lines.append(f"peak memory  {report['peak_rss_mb']} MiB RSS")
     lines.append(f"wrote        {', '.join(report['files'].values())}")
     return "\n".join(lines)
