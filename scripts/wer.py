@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,7 @@ def main() -> int:
         print(f"no WAV files in {audio_dir}", file=sys.stderr)
         return 1
     references, hypotheses, rows = [], [], []
+    t_start = time.perf_counter()
     with Transcriber(args.model, backend="onnxruntime", threads=args.threads) as asr:
         for clip in clips:
             with open_audio(str(clip)) as src:
@@ -62,9 +64,15 @@ def main() -> int:
             rows.append({"clip": clip.name, "reference": ref, "hypothesis": text, "errors": errors, "seconds": dt})
     score = wer(references, hypotheses)
     words = sum(len(normalize_text(r)) for r in references)
+    total = time.perf_counter() - t_start
+    busy = sum(r["seconds"] for r in rows)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"WER {score * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)")
+    print(f"time {total:.1f} s with model loading, {busy:.1f} s transcribing; peak RSS {peak_mb:.0f} MiB")
     if args.json:
-        Path(args.json).write_text(json.dumps({"wer": score, "words": words, "clips": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"wer": score, "words": words, "model": args.model,
+                                               "seconds_total": total, "seconds_transcribing": busy,
+                                               "peak_rss_mb": peak_mb, "clips": rows}, indent=2))
     return 0 if score <= 0.10 else 2
 
 

@@ -389,3 +389,38 @@ def test_real_whisper_encoder_builds_with_tensorrt_rtx(precision: str, request: 
                 timeout=600)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 1_000_000
+
+
+# --------------------------------------------------------------------------------------------------
+# The small speech models: FP16 through edgert convert, where the converter can
+
+
+@pytest.mark.parametrize(("model", "shapes"), [
+    ("openwakeword/melspectrogram.onnx", ["input:1x1760/1x1760/1x1760"]),
+    ("openwakeword/embedding_model.onnx", ["input_1:1x76x32x1/1x76x32x1/1x76x32x1"]),
+])
+def test_openwakeword_front_end_converts_to_fp16_and_builds(tmp_path: Path, speech_models: Path, model: str,
+                                                            shapes: list[str]) -> None:
+    out = tmp_path / "m16.onnx"
+    r = run_cli("convert", str(speech_models / model), "-o", str(out), "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    result = json.loads(r.stdout)
+    # melspectrogram takes any number of samples: the one-sample random check cannot run it and says so
+    assert "check_max_rel_error" in result or "check_skipped" in result
+    assert result["fp16_nodes"] > 0
+    if not is_importable("tensorrt_rtx"):
+        pytest.skip("tensorrt-rtx not installed: FP16 conversion checked, build not")
+    engine = tmp_path / "m16.engine"
+    r = run_cli("build", str(out), "-o", str(engine), "--backend", "tensorrt-rtx", "--no-progress",
+                *[f"--shapes={s}" for s in shapes])
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("model", ["silero_vad_op18_ifless.onnx", "openwakeword/hey_jarvis_v0.1.onnx"])
+def test_models_with_if_nodes_do_not_convert_and_say_so_in_one_line(tmp_path: Path, speech_models: Path,
+                                                                    model: str) -> None:
+    """onnxconverter-common leaves graphs with If subgraphs invalid (the "ifless" Silero export still has
+    one); the FP16 rewrite's checker stops there with one line instead of writing a broken model."""
+    out = tmp_path / "m16.onnx"
+    assert_one_line_error(run_cli("convert", str(speech_models / model), "-o", str(out)), "onnx's checker")
+    assert not out.exists()
