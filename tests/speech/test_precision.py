@@ -66,7 +66,8 @@ def tiny_encoder(seed: int = 0) -> onnx.ModelProto:
     ]
     inits = [
         _init("conv_w", (H, 80, 3), rng, 0.05), _init("conv_b", (H,), rng, 0.1),
-        numpy_helper.from_array(np.ones(H, np.float32), "ln_g"), numpy_helper.from_array(np.zeros(H, np.float32), "ln_b"),
+        numpy_helper.from_array(np.ones(H, np.float32), "ln_g"),
+        numpy_helper.from_array(np.zeros(H, np.float32), "ln_b"),
         _init("wq", (H, H), rng), _init("wk", (H, H), rng), _init("wv", (H, H), rng), _init("wo", (H, H), rng),
         _init("o_b", (H,), rng, 0.1), _init("w2__fp16", (H, H), rng, dtype=np.float16),
         numpy_helper.from_array(np.array([-1], np.int64), "axes"), numpy_helper.from_array(np.float32(2.0), "two"),
