@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from edgert._lazy import lazy_import
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import GraphPlan, QuantTarget, prepare_model, write_qdq
@@ -64,7 +65,8 @@ class WhisperCalibrationOptions:
     method: Method = "percentile"
     percentile: float = 99.99
     seed: int = 0
-    attention: bool = True  # the activation x activation MatMuls of attention in INT8 too
+    attention: bool = True  # the attention score MatMul (Q x K^T) in INT8 too
+    decoder: bool = False  # the decoder in INT8 too (calibrated on FP32's own transcripts of the clips)
     check: bool = True
     check_clips: int = 3
     budget_mb: float = 512.0
@@ -144,7 +146,8 @@ def _key(encoder: Path, opts: WhisperCalibrationOptions, used: list[str]) -> str
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     fields = {"method": opts.method, "percentile": opts.percentile, "num": opts.num, "seed": opts.seed,
-              "attention": opts.attention, "exclude": list(opts.exclude_nodes), "clips": used, "edgert": __version__}
+              "attention": opts.attention, "decoder": opts.decoder, "exclude": list(opts.exclude_nodes),
+              "clips": used, "edgert": __version__}
     h.update(json.dumps(fields, sort_keys=True).encode())
     return h.hexdigest()[:24]
 
@@ -185,6 +188,70 @@ def _check(reference_dir: Path, quantized_dir: Path, clips: list[tuple[Path, np.
             "note": "calibration clips, INT8 against FP32 transcripts: a sanity check, not a WER against references"}
 
 
+def _calibrate_decoder(src: Path, audio: str | Path, dst: Path, opts: WhisperCalibrationOptions,
+                       meta: dict[str, str]) -> dict[str, Any]:
+    """The decoder in Q/DQ INT8, same placement as the encoder, written to ``dst``; returns its summary.
+
+    Its calibration input is what it reads when transcribing: FP32's own greedy transcript of each clip
+    (the first 30 s) after the start tokens, with the FP32 encoder's output. The decoder is causal, so one
+    run over the whole token sequence sees every step's activations. It has two inputs, which
+    :class:`~edgert.calib.collect.ActivationCollector` does not feed, so the loop is here; it streams into
+    the same histograms (memory: one clip's exposed activations, a few MB at these lengths).
+    """
+    from edgert.backends.onnxruntime import load_ort_session
+    from edgert.calib.histograms import TensorHistogram
+    from edgert.speech.asr import START_TOKENS, Transcriber
+    from edgert.speech.calibration import CalibrationClips
+    from edgert.speech.features import N_SAMPLES, WhisperFeatures
+    from edgert.speech.precision import fold_weight_casts, load_onnx, restore_weight_casts, save_onnx
+
+    dec_path = src / "decoder.onnx"
+    original = load_onnx(dec_path)
+    prepared = prepare_model(fold_weight_casts(original)[0])
+    plan = plan_whisper(prepared, opts.attention, opts.exclude_nodes)
+    inputs = sorted(i.name for i in prepared.graph.input if i.name not in {x.name for x in prepared.graph.initializer})
+    if inputs != ["encoder_out", "tokens"] or not plan.targets:
+        raise CalibrationError(f"{dec_path}: not a Whisper decoder without KV cache (inputs {', '.join(inputs)})")
+    tensors = plan.quantized_tensors  # encoder_out (the cross-attention K/V input) and activations
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(prepared)
+    outputs = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(onnx.helper.make_tensor_value_info(t, TensorProto.FLOAT, None)
+                                for t in tensors if t not in outputs and t != "encoder_out")
+    ort = lazy_import("onnxruntime", "calibrating the Whisper decoder")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if opts.threads:
+        so.intra_op_num_threads = opts.threads
+    session = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    del exposed
+    encoder = load_ort_session(src / "encoder.onnx", ["CPUExecutionProvider"], opts.threads)
+    mel = encoder.get_inputs()[0]
+    features = WhisperFeatures(mel.shape[1] if isinstance(mel.shape[1], int) else 80)
+    histograms = {t: TensorHistogram(t) for t in tensors}
+    clips = tokens = 0
+    fetch = [t for t in tensors if t != "encoder_out"]
+    with Transcriber(src, backend="onnxruntime", threads=opts.threads) as asr:
+        for _, clip in CalibrationClips(audio, num=opts.num, seed=opts.seed):
+            window = clip[:N_SAMPLES]
+            encoder_out = encoder.run(None, {mel.name: features(window)})[0]
+            sequence = np.array([[*START_TOKENS, *asr.transcribe(window).tokens]], np.int64)
+            if "encoder_out" in histograms:
+                histograms["encoder_out"].update(encoder_out)
+            for name, value in zip(fetch, session.run(fetch, {"tokens": sequence, "encoder_out": encoder_out})):
+                histograms[name].update(value)
+            clips += 1
+            tokens += sequence.shape[1]
+    del session, encoder
+    amax = {n: h.result(opts.method, opts.percentile).amax for n, h in histograms.items()}
+    qdq = write_qdq(prepared, plan, amax, metadata=meta)
+    restore_weight_casts(qdq, original)
+    save_onnx(qdq, dst / dec_path.name)
+    return {"quantized_layers": len(plan.targets), "qdq_tensors": len(tensors), "clips": clips, "tokens": tokens,
+            "float_layers": {n: why for n, why in plan.skipped.items()
+                             if any(x.name == n and x.op_type in WHISPER_OPS for x in prepared.graph.node)}}
+
+
 def calibrate_whisper(model_dir: str | Path, audio: str | Path, out_dir: str | Path,
                       options: WhisperCalibrationOptions | None = None, progress: bool = True) -> dict[str, Any]:
     """Calibrate the encoder of the Whisper folder ``model_dir`` on the clips in ``audio``; write ``out_dir``."""
@@ -196,6 +263,7 @@ def calibrate_whisper(model_dir: str | Path, audio: str | Path, out_dir: str | P
         copy_file,
         fold_weight_casts,
         load_onnx,
+        restore_weight_casts,
         save_onnx,
     )
 
@@ -240,9 +308,17 @@ def calibrate_whisper(model_dir: str | Path, audio: str | Path, out_dir: str | P
     float_ops = collections.Counter(op_of[n] for n in plan.skipped)
     qdq = write_qdq(prepared, plan, {n: r.amax for n, r in ranges.items()}, metadata=meta)
     del prepared
+    restore_weight_casts(qdq, load_onnx(enc_path))
     save_onnx(qdq, dst / enc_path.name)
     del qdq
-    copy_file(dec_path, dst / dec_path.name)
+    decoder: dict[str, Any] | None = None
+    t_decoder = 0.0
+    if opts.decoder:
+        t0 = time.perf_counter()
+        decoder = _calibrate_decoder(src, audio, dst, opts, meta)
+        t_decoder = time.perf_counter() - t0
+    else:
+        copy_file(dec_path, dst / dec_path.name)
     copy_file(tok_path, dst / tok_path.name)
 
     accuracy: dict[str, Any] | None = None
@@ -265,8 +341,10 @@ def calibrate_whisper(model_dir: str | Path, audio: str | Path, out_dir: str | P
             "float_layers": len(plan.skipped), "float_ops": dict(sorted(float_ops.items())),
         },
         "float_layers": {n: why for n, why in plan.skipped.items() if op_of[n] in WHISPER_OPS},
+        "decoder": decoder,
         "accuracy": accuracy,
-        "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "check": round(t_check, 2),
+        "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "decoder": round(t_decoder, 2),
+                     "check": round(t_check, 2),
                      "total": round(time.perf_counter() - t_start, 2)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "files": {"encoder": str(dst / enc_path.name), "decoder": str(dst / dec_path.name),
@@ -287,12 +365,15 @@ def format_whisper_table(report: dict[str, Any]) -> str:
         f"{s['qdq_tensors']} activation Q/DQ pairs; float: "
         + ", ".join(f"{k} {v}" for k, v in s["float_ops"].items()),
     ]
+    dec = report.get("decoder")
+    lines.append(f"decoder      {dec['quantized_layers']} layers INT8, calibrated on {dec['tokens']} tokens of FP32 "
+                 f"transcripts of {dec['clips']} clip(s)" if dec else "decoder      copied (float)")
     acc = report.get("accuracy")
     if acc:
         lines.append(f"check        on {acc['clips']} calibration clip(s): WER of INT8 vs FP32 transcripts "
                      f"{acc['wer_vs_fp32'] * 100:.1f}%, encoder output normalized MSE {acc['encoder_out_nmse']:.2e}")
     lines.append(f"time         {t['total']} s (statistics {t['collect']} s, ranges {t['ranges']} s, "
-                 f"check {t['check']} s)")
+                 f"decoder {t['decoder']} s, check {t['check']} s)")
     lines.append(f"peak memory  {report['peak_rss_mb']} MiB RSS")
     lines.append(f"wrote        {', '.join(report['files'].values())}")
     return "\n".join(lines)

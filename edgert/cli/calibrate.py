@@ -33,6 +33,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
     p.add_argument("--audio", metavar="DIR",
                    help="Whisper: folder of speech clips (WAV/FLAC/...; recursive); -o is then the output folder")
+    p.add_argument("--decoder-int8", action="store_true",
+                   help="Whisper: the decoder in INT8 too (default: only the encoder; the decoder is copied)")
     p.add_argument("--num", type=int, help="images to draw from the folder (default 32; 0: all)")
     p.add_argument("--method", choices=METHODS,
                    help="range method: percentile (default), entropy (TensorRT's KL), minmax, "
@@ -74,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.audio is not None or _is_whisper(args.model):
         return _run_whisper(args)
+    if args.decoder_int8:
+        raise ConfigError("--decoder-int8 is for a Whisper folder (calibrated on --audio)")
     recipe = load_recipe(args.recipe) if args.recipe else CalibrationRecipe()
     images = _pick(args.images, recipe.images or None)
     if not images:
@@ -150,7 +154,7 @@ def _run_whisper(args: argparse.Namespace) -> int:
     options = WhisperCalibrationOptions(
         num=defaults.num if args.num is None else (args.num or None), method=args.method or defaults.method,
         percentile=percentile, seed=defaults.seed if args.seed is None else args.seed, check=not args.no_check,
-        exclude_nodes=tuple(args.exclude))
+        exclude_nodes=tuple(args.exclude), decoder=args.decoder_int8)
     report = calibrate_whisper(args.model, args.audio, args.output, options, progress=sys.stderr.isatty())
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2, default=str))

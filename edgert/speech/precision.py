@@ -39,6 +39,7 @@ __all__ = [
     "fold_weight_casts",
     "is_whisper_folder",
     "load_onnx",
+    "restore_weight_casts",
     "save_onnx",
     "whisper_precision",
 ]
@@ -101,6 +102,38 @@ def fold_weight_casts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     del g.initializer[:]
     g.initializer.extend(kept + folded)
     return out, len(folded)
+
+
+def restore_weight_casts(model: onnx.ModelProto, original: onnx.ModelProto) -> int:
+    """Put back the float16 storage :func:`fold_weight_casts` undid, for the weights ``model`` still reads in
+    float (those INT8 did not replace: biases, norms, the decoder's token embedding); returns how many.
+
+    Exact: the float32 values came from those float16 ones. Without it the INT8 decoder file would carry
+    its 80 MB embedding in float32 for the Gather beside the INT8 copy the output projection reads."""
+    inits = {i.name: i for i in original.graph.initializer}
+    stored: dict[str, onnx.NodeProto] = {}
+    for node in original.graph.node:
+        src = inits.get(node.input[0]) if node.op_type == "Cast" and node.input else None
+        if src is not None and src.data_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            stored[node.output[0]] = node
+    g = model.graph
+    names = {i.name for i in g.initializer}
+    casts: list[onnx.NodeProto] = []
+    kept: list[onnx.TensorProto] = []
+    for init in g.initializer:
+        cast = stored.get(init.name)
+        if cast is None or init.data_type != TensorProto.FLOAT or cast.input[0] in names:
+            kept.append(init)
+            continue
+        kept.append(copy.deepcopy(inits[cast.input[0]]))
+        casts.append(copy.deepcopy(cast))
+    if casts:
+        del g.initializer[:]
+        g.initializer.extend(kept)
+        nodes = casts + list(g.node)
+        del g.node[:]
+        g.node.extend(nodes)
+    return len(casts)
 
 
 def float32_outputs(model: onnx.ModelProto, reference: onnx.ModelProto) -> int:

@@ -345,10 +345,14 @@ def real_whisper(assets: Path) -> Path:
 def int8_whisper(real_whisper: Path, assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("whisper") / "int8"
     r = run_cli("calibrate", str(real_whisper), "--audio", str(assets / "audio" / "cards"), "--num", "2",
-                "--no-check", "--json", "-o", str(out), timeout=600)
+                "--decoder-int8", "--no-check", "--json", "-o", str(out), timeout=600)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["clips"]["used"] == 2 and report["summary"]["quantized_layers"] == 22  # 2 conv, 16 linear, 4 QK
+    # 4 layers x (self q/k/v/out + QK, cross q/out + kv + QK, 2 MLP) + the output projection
+    assert report["decoder"]["quantized_layers"] == 37 and report["decoder"]["clips"] == 2
+    for name in ("encoder.onnx", "decoder.onnx"):
+        assert any(n.op_type == "DequantizeLinear" for n in onnx.load(str(out / name)).graph.node), name
     return out
 
 
@@ -382,12 +386,14 @@ def test_real_whisper_folder_transcribes_like_fp32(precision: str, request: pyte
 
 @pytest.mark.skipif(not is_importable("tensorrt_rtx"), reason="tensorrt-rtx not installed: pip install 'edgert[rtx]'")
 @pytest.mark.parametrize("precision", ["int8", "fp16"])
-def test_real_whisper_encoder_builds_with_tensorrt_rtx(precision: str, request: pytest.FixtureRequest,
-                                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_real_whisper_builds_with_tensorrt_rtx(precision: str, part: str, request: pytest.FixtureRequest,
+                                               tmp_path: Path) -> None:
     folder = request.getfixturevalue(f"{precision}_whisper")
-    out = tmp_path / "encoder.engine"
-    r = run_cli("build", str(folder / "encoder.onnx"), "-o", str(out), "--backend", "tensorrt-rtx", "--no-progress",
-                timeout=600)
+    out = tmp_path / f"{part}.engine"
+    shapes = ["--shapes=tokens:1x1/1x16/1x224"] if part == "decoder" else []
+    r = run_cli("build", str(folder / f"{part}.onnx"), "-o", str(out), "--backend", "tensorrt-rtx", "--no-progress",
+                *shapes, timeout=600)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 1_000_000
 
