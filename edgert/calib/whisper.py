@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import json
 import logging
 import time
@@ -325,7 +326,7 @@ def calibrate_whisper(model_dir: str | Path, audio: str | Path, out_dir: str | P
     t_check = 0.0
     if opts.check:
         t0 = time.perf_counter()
-        chosen = [c for c in CalibrationClips(audio, num=opts.num, seed=opts.seed)][: max(opts.check_clips, 0)]
+        chosen = list(itertools.islice(CalibrationClips(audio, num=opts.num, seed=opts.seed), max(opts.check_clips, 0)))
         accuracy = _check(src, dst, chosen, opts.threads) if chosen else None
         t_check = time.perf_counter() - t0
 

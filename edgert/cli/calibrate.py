@@ -24,11 +24,13 @@ METHODS = ("entropy", "percentile", "minmax", "mse")
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "calibrate", help="INT8 calibration: Q/DQ ONNX + TensorRT calibration cache from a folder of images",
-        description="Calibrate an FP32 ONNX detector for INT8 on a folder of images.",
+        description="Calibrate an FP32 ONNX detector for INT8 on a folder of images, or the encoder of a Whisper "
+                    "folder on a folder of speech clips (--audio; -o is then a folder).",
     )
     p.add_argument("model", help="FP32 ONNX model, or a Whisper folder (with --audio)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
-                   help="Q/DQ model to write; OUT.calib and OUT.report.json go beside it")
+                   help="Q/DQ model to write; OUT.calib and OUT.report.json go beside it (for a Whisper folder: "
+                        "the output folder)")
     p.add_argument("--recipe", metavar="RECIPE.yaml", help="calibration recipe (images, num, method, preprocessing)")
     p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
     p.add_argument("--audio", metavar="DIR",
