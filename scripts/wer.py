@@ -49,6 +49,7 @@ def main() -> int:
         print(f"no WAV files in {audio_dir}", file=sys.stderr)
         return 1
     references, hypotheses, rows = [], [], []
+    seconds: list[float] = []
     t_start = time.perf_counter()
     with Transcriber(args.model, backend=args.backend, threads=args.threads) as asr:
         for clip in clips:
@@ -64,10 +65,11 @@ def main() -> int:
             references.append(ref)
             hypotheses.append(text)
             rows.append({"clip": clip.name, "reference": ref, "hypothesis": text, "errors": errors, "seconds": dt})
+            seconds.append(dt)
     score = wer(references, hypotheses)
     words = sum(len(normalize_text(r)) for r in references)
     total = time.perf_counter() - t_start
-    busy = sum(r["seconds"] for r in rows)
+    busy = sum(seconds)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"WER {score * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)")
     print(f"time {total:.1f} s with model loading, {busy:.1f} s transcribing; peak RSS {peak_mb:.0f} MiB")
