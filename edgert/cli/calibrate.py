@@ -5,6 +5,10 @@ TensorRT calibration cache for implicit INT8 on JetPack 5/6 and DLA) and ``OUT.r
 the report as a table. Outputs that are up to date (same model, images, preprocessing, method) are
 kept; anything else is rebuilt. ``--recipe`` reads the settings from a YAML recipe (see calibration/);
 flags given on the command line win over the recipe.
+
+A Whisper folder (``encoder.onnx``, ``decoder.onnx``, ``tokenizer.json``) calibrates on a folder of speech
+clips instead: ``edgert calibrate WHISPER_DIR --audio CLIPS -o OUT_DIR`` writes OUT_DIR as a Whisper folder
+with the encoder in Q/DQ INT8 (see :mod:`edgert.calib.whisper`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ METHODS = ("entropy", "percentile", "minmax", "mse")
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "calibrate", help="INT8 calibration: Q/DQ ONNX + TensorRT calibration cache from a folder of images",
-        description="Calibrate an FP32 ONNX detector for INT8 on a folder of images.",
+        description="Calibrate an FP32 ONNX detector for INT8 on a folder of images, or the encoder of a Whisper "
+                    "folder on a folder of speech clips (--audio; -o is then a folder).",
     )
-    p.add_argument("model", help="FP32 ONNX model")
+    p.add_argument("model", help="FP32 ONNX model, or a Whisper folder (with --audio)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
-                   help="Q/DQ model to write; OUT.calib and OUT.report.json go beside it")
+                   help="Q/DQ model to write; OUT.calib and OUT.report.json go beside it (for a Whisper folder: "
+                        "the output folder)")
     p.add_argument("--recipe", metavar="RECIPE.yaml", help="calibration recipe (images, num, method, preprocessing)")
     p.add_argument("--images", metavar="DIR", help="folder of JPEG/PNG/BMP/WebP images (recursive)")
+    p.add_argument("--audio", metavar="DIR",
+                   help="Whisper: folder of speech clips (WAV/FLAC/...; recursive); -o is then the output folder")
+    p.add_argument("--decoder-int8", action="store_true",
+                   help="Whisper: the decoder in INT8 too (default: only the encoder; the decoder is copied)")
     p.add_argument("--num", type=int, help="images to draw from the folder (default 32; 0: all)")
     p.add_argument("--method", choices=METHODS,
                    help="range method: percentile (default), entropy (TensorRT's KL), minmax, "
@@ -66,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
 
+    if args.audio is not None or _is_whisper(args.model):
+        return _run_whisper(args)
+    if args.decoder_int8:
+        raise ConfigError("--decoder-int8 is for a Whisper folder (calibrated on --audio)")
     recipe = load_recipe(args.recipe) if args.recipe else CalibrationRecipe()
     images = _pick(args.images, recipe.images or None)
     if not images:
@@ -103,6 +117,49 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2, default=str))
     elif report.get("up_to_date"):
         print(f"{report['output']} is up to date (same model, images, preprocessing and method); --force to redo")
+    else:
+        print(report["table"])
+    return 0
+
+
+def _is_whisper(model: str) -> bool:
+    from edgert.speech.precision import is_whisper_folder
+
+    return is_whisper_folder(model)
+
+
+#: Flags of image calibration that mean nothing for a Whisper folder (value when not given).
+_DETECTOR_ONLY = {"recipe": None, "images": None, "config": None, "max_drop": None, "full_int8": False,
+                  "check_video": None, "check_frames": None, "trt_version": None, "force": False}
+
+
+def _run_whisper(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from edgert.calib.whisper import WhisperCalibrationOptions, calibrate_whisper
+    from edgert.errors import ConfigError
+
+    if not Path(args.model).is_dir():
+        raise ConfigError(f"--audio calibrates a Whisper folder (encoder.onnx, decoder.onnx, tokenizer.json); "
+                          f"{args.model} is not a folder. Note: a detector calibrates on --images")
+    if args.audio is None:
+        raise ConfigError(f"{args.model} is a Whisper folder: give --audio DIR, a folder of speech clips")
+    given = [f"--{k.replace('_', '-')}" for k, unset in _DETECTOR_ONLY.items() if getattr(args, k) != unset]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: image calibration only; not for a Whisper folder")
+    if args.num is not None and args.num < 0:
+        raise ConfigError(f"--num must be >= 0, got {args.num}")
+    defaults = WhisperCalibrationOptions()
+    percentile = defaults.percentile if args.percentile is None else args.percentile
+    if not 0.0 < percentile <= 100.0:
+        raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")
+    options = WhisperCalibrationOptions(
+        num=defaults.num if args.num is None else (args.num or None), method=args.method or defaults.method,
+        percentile=percentile, seed=defaults.seed if args.seed is None else args.seed, check=not args.no_check,
+        exclude_nodes=tuple(args.exclude), decoder=args.decoder_int8)
+    report = calibrate_whisper(args.model, args.audio, args.output, options, progress=sys.stderr.isatty())
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2, default=str))
     else:
         print(report["table"])
     return 0
