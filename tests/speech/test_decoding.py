@@ -171,10 +171,8 @@ def loop_attempts(tmp_path: Path, no_speech_prob: float = 0.0,
     rng = np.random.default_rng(0)
 
     def attempt(t: float) -> Decoded:
-        if t == 0:  # greedy at 0, as openai-whisper's transcribe() by default (beams would end: 0.3 each step)
-            best = greedy(step, [START], EOT, 40)
-        else:
-            best = rank(sample(step, [START], EOT, 40, t, 5, rng))
+        # greedy at 0, as openai-whisper's transcribe() by default (beams would end: 0.3 each step)
+        best = greedy(step, [START], EOT, 40) if t == 0 else rank(sample(step, [START], EOT, 40, t, 5, rng))
         return Decoded(best.tokens, best.sum_logprob, best.finished, t,
                        " ".join(WORDS[x] for x in best.tokens), no_speech_prob)
 
