@@ -16,8 +16,9 @@ one batched decoder call where the decoder allows it (:class:`edgert.speech.asr.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Callable  # the alias below is evaluated at run time: collections.abc's is 3.9+
 
 import numpy as np
 
