@@ -7,7 +7,8 @@ has no ``transcription``), transcribes each WAV with greedy decoding, prints per
 (lower case, punctuation stripped). ``--beam`` uses openai-whisper's beam search (``--beam-size``, 5),
 ``--fallback`` its temperature fallback (0.0, 0.2 ... 1.0); ``--compare`` runs greedy and beam, each without
 and with the fallback, on the same clips (interleaved clip by clip, so a loaded machine weighs on all alike)
-and reports each one's WER and real-time factor. ``--synth`` scores the held-out sentences of
+and reports each one's WER and real-time factor (wall seconds, and CPU seconds of all threads, per second
+of audio: the CPU figure moves less when other work shares the machine). ``--synth`` scores the held-out sentences of
 ``scripts/heldout_speech.py``, spoken by espeak-ng into a temporary folder, instead of ``--audio``.
 """
 
@@ -89,7 +90,8 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
         modes = list(MODES)
     else:
         modes = [("beam" if args.beam else "greedy") + ("+fallback" if args.fallback else "")]
-    results: dict[str, dict[str, Any]] = {m: {"hypotheses": [], "seconds": 0.0, "clips": []} for m in modes}
+    results: dict[str, dict[str, Any]] = {m: {"hypotheses": [], "seconds": 0.0, "cpu_seconds": 0.0, "clips": []}
+                                     for m in modes}
     references: list[str] = []
     audio_seconds = 0.0
     with Transcriber(args.model, backend="onnxruntime", threads=args.threads, beam_size=args.beam_size) as asr:
@@ -103,15 +105,17 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
             for mode in modes:
                 asr.decoding, asr.temperatures = MODES[mode]  # type: ignore[assignment]
                 before = asr.stats["fallback_windows"]
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text
-                dt = time.perf_counter() - t0
+                dt, cpu = time.perf_counter() - t0, time.process_time() - c0
                 errors = word_errors(normalize_text(ref), normalize_text(text))
                 r = results[mode]
                 r["hypotheses"].append(text)
                 r["seconds"] += dt
+                r["cpu_seconds"] += cpu
                 r["clips"].append({"clip": clip.name, "reference": ref, "hypothesis": text, "errors": errors,
-                                   "seconds": round(dt, 3), "fell_back": asr.stats["fallback_windows"] > before})
+                                   "seconds": round(dt, 3), "cpu_seconds": round(cpu, 3),
+                                   "fell_back": asr.stats["fallback_windows"] > before})
                 print(f"  {mode:<16} {errors}/{len(normalize_text(ref))} errors  "
                       f"rtf {dt / (len(audio) / 16000):.2f}  hyp: {text}")
     words = sum(len(normalize_text(r)) for r in references)
@@ -123,9 +127,10 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
         s = wer(references, r["hypotheses"])
         summary["modes"][mode] = {"wer": round(s, 4), "errors": sum(c["errors"] for c in r["clips"]),
                                   "rtf": round(r["seconds"] / audio_seconds, 4),
+                                  "cpu_rtf": round(r["cpu_seconds"] / audio_seconds, 4),
                                   "fallback_clips": sum(c["fell_back"] for c in r["clips"]), "clips": r["clips"]}
         print(f"{mode:<16} WER {s * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)  "
-              f"rtf {r['seconds'] / audio_seconds:.3f}")
+              f"rtf {r['seconds'] / audio_seconds:.3f} (cpu {r['cpu_seconds'] / audio_seconds:.3f})")
     first_mode = summary["modes"][modes[0]]
     summary.update(wer=first_mode["wer"], clips=first_mode["clips"])  # the figures of one mode, as before
     if args.json:
