@@ -42,7 +42,7 @@ from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError
-from edgert.speech.decoder_split import split_decoder
+from edgert.speech.decoder_split import add_last_logits, split_decoder
 from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
@@ -125,10 +125,13 @@ class _ExactOrtDecoder:
         split = split_decoder(model)
         self._cross: Any = None
         self._hoisted: list[str] = []
+        self._last: str | None = None  # the last-position output (decoder_split.add_last_logits)
+        self._last_ok: bool | None = None  # None: not checked against the full logits yet
         if split is None:
             self._step: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
         else:
             cross, step, self._hoisted = split
+            self._last = add_last_logits(step)
             for inp in step.graph.input:  # declared [1, n]; the graph itself reads the batch from the tokens
                 if inp.name == "tokens" and inp.type.tensor_type.shape.dim:
                     inp.type.tensor_type.shape.dim[0].dim_param = "batch"
@@ -151,9 +154,9 @@ class _ExactOrtDecoder:
         self._feed = dict(zip(self._hoisted, values))
         self._tiled = {}
 
-    def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray:
+    def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
         try:
-            out: np.ndarray = self._step.run([self._out], {"tokens": tokens, **feed})[0]
+            out: np.ndarray = self._step.run([output or self._out], {"tokens": tokens, **feed})[0]
         except Exception as exc:  # onnxruntime's pybind11 exception types
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         return out
@@ -165,34 +168,52 @@ class _ExactOrtDecoder:
 
     def _batch_feed(self, b: int) -> dict[str, np.ndarray]:
         """The hoisted tensors for ``b`` sequences: repeated once per window, sliced for smaller batches."""
+        if b == 1:
+            return self._feed
         have = next(iter(self._tiled.values())).shape[0] if self._tiled else 0
         if have < b:
             self._tiled = {k: np.repeat(v, b, axis=0) for k, v in self._feed.items()}
             have = b
         return self._tiled if have == b else {k: v[:b] for k, v in self._tiled.items()}
 
-    def _last_batched(self, tokens: np.ndarray) -> np.ndarray:
+    def _fast(self, tokens: np.ndarray) -> np.ndarray:
+        """Last-position logits [B, vocab] in one run: the last-position output when it checked out."""
         b, n = tokens.shape
-        out: np.ndarray = self._run(tokens, self._batch_feed(b)).reshape(b, n, -1)[:, -1]
+        feed = self._batch_feed(b)
+        if self._last is not None and self._last_ok:
+            last: np.ndarray = self._run(tokens, feed, self._last).reshape(b, -1)
+            return last
+        out: np.ndarray = self._run(tokens, feed).reshape(b, n, -1)[:, -1]
         return out
 
+    def _agrees(self, tokens: np.ndarray, reference: np.ndarray) -> bool:
+        try:
+            got = self._fast(tokens)
+        except (BackendError, ValueError):
+            return False
+        return got.shape == reference.shape and bool(np.allclose(got, reference, atol=1e-3))
+
     def last_logits(self, tokens: np.ndarray) -> np.ndarray:
-        """Next-token logits [B, vocab] of B sequences of one length: one batched run when the graph allows."""
-        b = tokens.shape[0]
-        if b > 1 and self.batched is None:  # first use: batched must equal row by row, else rows it is
-            rows = np.stack([self.logits(tokens[i : i + 1], tokens.shape[1])[-1] for i in range(b)])
-            try:
-                together = self._last_batched(tokens)
-                self.batched = together.shape == rows.shape and bool(np.allclose(together, rows, atol=1e-3))
-            except (BackendError, ValueError):
-                self.batched = False
-            if not self.batched:
-                log.warning("Whisper decoder: this export does not run several sequences in one batch; "
-                            "beams run one after another")
+        """Next-token logits [B, vocab] of B sequences of one length.
+
+        One run for all B and the last position only, once a first call has checked both against the full
+        logits row by row (an export that does not allow one of them keeps the plain way for it).
+        """
+        b, n = tokens.shape
+        if (self._last is not None and self._last_ok is None) or (b > 1 and self.batched is None):
+            rows = np.stack([self.logits(tokens[i : i + 1], n)[-1] for i in range(b)])
+            if self._last is not None and self._last_ok is None:
+                self._last_ok = True
+                self._last_ok = self._agrees(tokens[:1], rows[:1])
+            if b > 1 and self.batched is None:
+                self.batched = self._agrees(tokens, rows)
+                if not self.batched:
+                    log.warning("Whisper decoder: this export does not run several sequences in one batch; "
+                                "beams run one after another")
             return rows
-        if b > 1 and self.batched:
-            return self._last_batched(tokens)
-        return np.stack([self.logits(tokens[i : i + 1], tokens.shape[1])[-1] for i in range(b)])
+        if b == 1 or self.batched:
+            return self._fast(tokens)
+        return np.concatenate([self._fast(tokens[i : i + 1]) for i in range(b)])
 
     def close(self) -> None:
         self._step = None

@@ -182,6 +182,8 @@ def test_real_decoder_runs_beams_as_one_batch(whisper: Transcriber, clip_0930: n
     assert together.shape == (3, rows.shape[1])
     np.testing.assert_allclose(together, rows, atol=1e-3)
     assert (together.argmax(axis=1) == rows.argmax(axis=1)).all()
+    # both shortcuts checked out and are used: one batch, and the vocabulary projection at the last position only
+    assert whisper._decoder.batched is True and whisper._decoder._last_ok is True  # type: ignore[attr-defined]
 
 
 def test_config_search_keys_are_transcriber_arguments() -> None:

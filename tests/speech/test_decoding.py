@@ -32,23 +32,26 @@ START, EOT = 0, 7
 WORDS = {1: "park", 2: "after", 3: "lunch", 4: "dinner", 5: "parcafter", 6: "hello"}
 
 
-def bigram_decoder(path: Path, probs: dict[int, dict[int, float]], vocab: int = 8) -> Path:
+def bigram_decoder(path: Path, probs: dict[int, dict[int, float]], vocab: int = 8, mix: bool = False) -> Path:
     """A Whisper-shaped decoder: ``tokens`` int64 [1, n] + ``encoder_out`` [1, 4, 2] -> ``logits``.
 
     The next-token distribution depends on the last token alone (row ``t`` of a table, ``probs[t]``, the rest
-    of the row at 1e-6). ``encoder_out`` adds its mean (0 for the zeros fed here), which the split hoists
-    as the real cross-attention is. Like the real export, the batch axis is declared 1 and the logits are
-    reshaped to [1, n, -1] at the end.
+    of the row at 1e-6), through a MatMul projection as in the real decoder. ``encoder_out`` adds its mean
+    (0 for the zeros fed here), which the split hoists as the real cross-attention is. Like the real export,
+    the batch axis is declared 1 and the logits are reshaped to [1, n, -1] at the end. ``mix``: the logits
+    are laid out position-major before that reshape, right for one sequence, scrambled for several.
     """
     table = np.full((vocab, vocab), 1e-6, dtype=np.float64)
     for row, dist in probs.items():
         for tok, p in dist.items():
             table[row, tok] = p
     logits = np.log(table / table.sum(axis=1, keepdims=True)).astype(np.float32)
-    nodes = [
-        helper.make_node("Gather", ["table", "tokens"], ["bigram"], axis=0),
+    nodes = [  # one-hot "embedding" of each token, plus the audio, projected onto the vocabulary by the table
+        helper.make_node("Gather", ["eye", "tokens"], ["onehot"], axis=0),
         helper.make_node("ReduceMean", ["encoder_out"], ["audio_mean"], axes=[1, 2], keepdims=1),
-        helper.make_node("Add", ["bigram", "audio_mean"], ["raw"]),
+        helper.make_node("Add", ["onehot", "audio_mean"], ["hidden"]),
+        helper.make_node("MatMul", ["hidden", "table"], ["projected" if mix else "raw"]),
+        *([helper.make_node("Transpose", ["projected"], ["raw"], perm=[1, 0, 2])] if mix else []),
         helper.make_node("Shape", ["tokens"], ["tshape"]),
         helper.make_node("Gather", ["tshape", "one"], ["n"], axis=0),
         helper.make_node("Concat", ["batch1", "n", "minus1"], ["oshape"], axis=0),
@@ -56,6 +59,7 @@ def bigram_decoder(path: Path, probs: dict[int, dict[int, float]], vocab: int = 
     ]
     inits = [
         helper.make_tensor("table", TensorProto.FLOAT, list(logits.shape), logits.ravel().tolist()),
+        helper.make_tensor("eye", TensorProto.FLOAT, [vocab, vocab], np.eye(vocab).ravel().tolist()),
         helper.make_tensor("one", TensorProto.INT64, [1], [1]),
         helper.make_tensor("batch1", TensorProto.INT64, [1], [1]),
         helper.make_tensor("minus1", TensorProto.INT64, [1], [-1]),
@@ -130,6 +134,7 @@ def test_beam_search_finds_what_greedy_misses(merge_decoder: _ExactOrtDecoder) -
     assert [WORDS[t] for t in g.tokens] == ["park", "after"]
     assert len(beams) == 5 and all(c.finished for c in beams)  # patience 1: stop at beam_size finished
     assert merge_decoder.batched is True  # the beams ran as one batch through the split decoder
+    assert merge_decoder._last_ok is True  # and the projection ran at the last position only
 
 
 def test_batched_beams_equal_beams_one_by_one(tmp_path: Path, merge_decoder: _ExactOrtDecoder) -> None:
@@ -141,6 +146,18 @@ def test_batched_beams_equal_beams_one_by_one(tmp_path: Path, merge_decoder: _Ex
     merge_decoder.batched = False
     one_by_one = beam_search(step_of(merge_decoder), [START], EOT, 10, beam_size=3, patience=2.0)
     assert batched == one_by_one and len(batched) == 6  # patience 2: twice beam_size finished candidates
+
+
+def test_an_export_that_cannot_batch_runs_beams_one_by_one(tmp_path: Path,
+                                                           merge_decoder: _ExactOrtDecoder) -> None:
+    mixed = _ExactOrtDecoder(bigram_decoder(tmp_path / "mixed.onnx", MERGE, mix=True), threads=1)
+    mixed.set_encoder_out(np.zeros((1, 4, 2), dtype=np.float32))
+    try:
+        beams = beam_search(step_of(mixed), [START], EOT, 10, beam_size=5)
+        assert mixed.batched is False  # the first batched call disagreed with one-by-one runs and was dropped
+    finally:
+        mixed.close()
+    assert beams == beam_search(step_of(merge_decoder), [START], EOT, 10, beam_size=5)
 
 
 def test_beam_cut_at_max_tokens_keeps_the_best_live(tmp_path: Path) -> None:
