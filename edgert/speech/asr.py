@@ -261,7 +261,13 @@ class _BucketedDecoder:
     def last_logits(self, tokens: np.ndarray) -> np.ndarray:
         """Next-token logits [B, vocab]: a fixed [1, L] engine, so the rows run one after another."""
         n = tokens.shape[1]
-        return np.stack([self.logits(tokens[i : i + 1], n)[n - 1] for i in range(tokens.shape[0])])
+        out = np.empty((tokens.shape[0], 0), dtype=np.float32)
+        for i in range(tokens.shape[0]):
+            row = self.logits(tokens[i : i + 1], n)[n - 1]  # a view of the Session's output buffer: copy it out
+            if i == 0:
+                out = np.empty((tokens.shape[0], row.shape[0]), dtype=row.dtype)
+            out[i] = row
+        return out
 
     def close(self) -> None:
         for sess in self._sessions.values():
@@ -437,7 +443,7 @@ class Transcriber:
         # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
         no_speech = (float(_softmax_at(all_logits[0], NO_SPEECH_TOKEN)) if all_logits.shape[1] > NO_SPEECH_TOKEN
                      else 0.0)
-        step = self._step_fn(all_logits[-1])
+        step = self._step_fn(np.array(all_logits[-1]))  # a copy: the bucketed decoder's output buffer is reused
         tried = decode_with_fallback(
             lambda t: self._attempt(step, t, no_speech), self.temperatures, self.compression_ratio_threshold,
             self.logprob_threshold, self.no_speech_threshold, ungated)

@@ -48,6 +48,8 @@ def test_bucketed_decoder_matches_the_exact_one(speech_models: Path, whisper: Tr
             a, b = exact.logits(tokens, n)[n - 1], bucketed.logits(tokens, n)[n - 1]
             assert a.argmax() == b.argmax()
             np.testing.assert_allclose(a, b, atol=2e-3)
+        beams = np.array([[50257, 50362, 679, 1244], [50257, 50362, 679, 373]], dtype=np.int64)
+        np.testing.assert_allclose(bucketed.last_logits(beams), exact.last_logits(beams), atol=2e-3)  # row by row
     finally:
         bucketed.close()
 
