@@ -6,8 +6,9 @@ and not on silence."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -47,7 +48,8 @@ def bigram_decoder(path: Path, probs: dict[int, dict[int, float]], vocab: int = 
             table[row, tok] = p
     logits = np.log(table / table.sum(axis=1, keepdims=True)).astype(np.float32)
     nodes = [  # one-hot "embedding" of each token, plus the audio, projected onto the vocabulary by the table
-        helper.make_node("Gather", ["eye", "tokens"], ["onehot"], axis=0),
+        helper.make_node("Min", ["tokens", "top"], ["clipped"]),  # the bucketed decoder pads with Whisper's end id
+        helper.make_node("Gather", ["eye", "clipped"], ["onehot"], axis=0),
         helper.make_node("ReduceMean", ["encoder_out"], ["audio_mean"], axes=[1, 2], keepdims=1),
         helper.make_node("Add", ["onehot", "audio_mean"], ["hidden"]),
         helper.make_node("MatMul", ["hidden", "table"], ["projected" if mix else "raw"]),
@@ -61,6 +63,7 @@ def bigram_decoder(path: Path, probs: dict[int, dict[int, float]], vocab: int = 
         helper.make_tensor("table", TensorProto.FLOAT, list(logits.shape), logits.ravel().tolist()),
         helper.make_tensor("eye", TensorProto.FLOAT, [vocab, vocab], np.eye(vocab).ravel().tolist()),
         helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("top", TensorProto.INT64, [], [vocab - 1]),
         helper.make_tensor("batch1", TensorProto.INT64, [1], [1]),
         helper.make_tensor("minus1", TensorProto.INT64, [1], [-1]),
     ]
@@ -101,7 +104,7 @@ def merge_decoder(tmp_path: Path) -> Iterator[_ExactOrtDecoder]:
     dec.close()
 
 
-def step_of(dec: _ExactOrtDecoder):  # type: ignore[no-untyped-def]
+def step_of(dec: Any) -> Callable[[np.ndarray], np.ndarray]:
     def step(tokens: np.ndarray) -> np.ndarray:
         return log_softmax(dec.last_logits(tokens))
     return step
@@ -241,3 +244,17 @@ def test_fallback_schedule_matches_the_cli_flag() -> None:
     from edgert.cli.speech_flags import _FALLBACK
 
     assert _FALLBACK == FALLBACK_TEMPERATURES
+
+
+def test_bucketed_decoder_runs_beams_row_by_row(tmp_path: Path, merge_decoder: _ExactOrtDecoder) -> None:
+    """Fixed [1, 16] Sessions: each row's logits are copied out before the next run reuses the buffer."""
+    from edgert.speech.asr import _BucketedDecoder
+
+    bucketed = _BucketedDecoder(bigram_decoder(tmp_path / "fixed.onnx", MERGE), "onnxruntime", 1)
+    bucketed.set_encoder_out(np.zeros((1, 4, 2), dtype=np.float32))
+    try:
+        tokens = np.array([[START, 1], [START, 5], [START, 2]], dtype=np.int64)
+        np.testing.assert_allclose(bucketed.last_logits(tokens), merge_decoder.last_logits(tokens), atol=1e-5)
+        assert beam_search(step_of(bucketed), [START], EOT, 10) == beam_search(step_of(merge_decoder), [START], EOT, 10)
+    finally:
+        bucketed.close()
