@@ -248,19 +248,65 @@ class WakeWordConfig:
 
 @dataclass(frozen=True)
 class AsrConfig:
-    """Whisper: a folder holding encoder.onnx, decoder.onnx and tokenizer.json."""
+    """Whisper: a folder holding encoder.onnx, decoder.onnx and tokenizer.json, and how its tokens are searched.
+
+    ``decoding``: ``greedy`` or ``beam`` (openai-whisper's beam search). ``temperatures``: the fallback
+    schedule; ``[0.0]`` decodes once, ``[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]`` is openai-whisper's. The search keys
+    left at None take openai-whisper's values where they apply and are refused where they cannot
+    (``beam_size`` with greedy decoding, ``best_of`` without a temperature above 0, ...).
+    """
 
     model: str = ""
     max_tokens: int = 224
     decoder: Literal["auto", "exact", "bucketed"] = "auto"
     no_speech_threshold: float | None = 0.6  # Whisper's silence rule; None: keep every text
     logprob_threshold: float = -1.0
+    decoding: Literal["greedy", "beam"] = "greedy"
+    beam_size: int | None = None  # beam only; None: 5
+    patience: float | None = None  # beam only; None: 1.0 (stop once beam_size sequences have ended)
+    length_penalty: float | None = None  # ranking of beams or samples: None sum logprob / length, else alpha 0..1
+    temperatures: tuple[float, ...] = (0.0,)
+    best_of: int | None = None  # samples at each temperature above 0; None: 5
+    compression_ratio_threshold: float | None = None  # with a fallback only; None: 2.4 (.inf: never on repetition)
 
     def __post_init__(self) -> None:
         _check(1 <= self.max_tokens <= 254, "max_tokens", f"expected 1..254, got {self.max_tokens}")
         if self.no_speech_threshold is not None:
             _check(0.0 <= self.no_speech_threshold <= 1.0, "no_speech_threshold",
                    f"expected 0..1, got {self.no_speech_threshold}")
+        beam = self.decoding == "beam"
+        t = self.temperatures
+        _check(len(t) >= 1 and all(x >= 0 for x in t) and all(a < b for a, b in zip(t, t[1:])), "temperatures",
+               f"expected rising temperatures >= 0, such as [0.0, 0.2, 0.4], got {list(t)}")
+        _check(not beam or t[0] == 0.0, "temperatures",
+               f"beam search runs at temperature 0: start with 0.0, got {list(t)}")
+        sampled = any(x > 0 for x in t)
+        for name in ("beam_size", "patience"):
+            _check(getattr(self, name) is None or beam, name, "applies to decoding: beam only (decoding is greedy)")
+        _check(self.beam_size is None or self.beam_size >= 1, "beam_size", f"expected >= 1, got {self.beam_size}")
+        if self.patience is not None:
+            _check(self.patience > 0 and round((self.beam_size or 5) * self.patience) >= 1, "patience",
+                   f"expected > 0 keeping at least one candidate, got {self.patience}")
+        _check(self.best_of is None or sampled, "best_of",
+               "applies to sampling only: add a temperature above 0 to temperatures")
+        _check(self.best_of is None or self.best_of >= 1, "best_of", f"expected >= 1, got {self.best_of}")
+        _check(self.length_penalty is None or beam or sampled, "length_penalty",
+               "ranks beams or samples: it needs decoding: beam or a temperature above 0")
+        if self.length_penalty is not None:
+            _check(0.0 <= self.length_penalty <= 1.0, "length_penalty", f"expected 0..1, got {self.length_penalty}")
+        _check(self.compression_ratio_threshold is None or len(t) > 1, "compression_ratio_threshold",
+               "decides the temperature fallback: it needs more than one temperature")
+        if self.compression_ratio_threshold is not None:
+            _check(self.compression_ratio_threshold > 0, "compression_ratio_threshold",
+                   f"expected > 0, got {self.compression_ratio_threshold}")
+
+    def search(self) -> dict[str, Any]:
+        """The Transcriber's search arguments, None resolved to openai-whisper's values."""
+        return {"decoding": self.decoding, "beam_size": self.beam_size or 5, "patience": self.patience,
+                "length_penalty": self.length_penalty, "temperatures": self.temperatures,
+                "best_of": self.best_of or 5,
+                "compression_ratio_threshold": 2.4 if self.compression_ratio_threshold is None
+                else self.compression_ratio_threshold}
 
 
 @dataclass(frozen=True)

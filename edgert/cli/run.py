@@ -77,6 +77,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long a batch waits for slower sources (runtime.batch_timeout_ms, default 10)")
     g.add_argument("--preload", action="store_true",
                    help="decode the whole file source into memory before the clock starts (benchmarks)")
+    from edgert.cli.speech_flags import add_asr_arguments
+
+    add_asr_arguments(p)
 
 
 def parse_watts(text: str) -> float:
@@ -156,8 +159,11 @@ def build_config(args: argparse.Namespace) -> Any:
         from edgert.config import TrackConfig
 
         track = _replace(track or TrackConfig(), {"tracker": "--track"}, tracker=args.track)
-    return _replace(config, {}, task=args.task, model=model, decode=decode, source=source, sources=sources,
-                    runtime=runtime, power=power, sinks=sinks, track=track)
+    config = _replace(config, {}, task=args.task, model=model, decode=decode, source=source, sources=sources,
+                      runtime=runtime, power=power, sinks=sinks, track=track)
+    from edgert.cli.speech_flags import apply_asr_flags
+
+    return apply_asr_flags(config, args)
 
 
 # --------------------------------------------------------------------------------------------------

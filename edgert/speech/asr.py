@@ -1,4 +1,5 @@
-"""Whisper transcription: log-mel -> encoder -> greedy decoding with the tokenizer in tokenizer.json.
+"""Whisper transcription: log-mel -> encoder -> token search (greedy, or beam search with openai-whisper's
+temperature fallback: :mod:`edgert.speech.decoding`) with the tokenizer in tokenizer.json.
 
 The model folder holds ``encoder.onnx`` (``mel`` [1,80,3000] -> ``encoder_out`` [1,1500,384]),
 ``decoder.onnx`` (``tokens`` int64 [1,n] + ``encoder_out`` -> ``logits`` [1,n,vocab], no KV cache)
@@ -16,13 +17,21 @@ while a Session allocates its buffers once for one shape. Two ways are offered:
   (16, 32, 64, ...), opened when first needed, with the tail padded. The decoder is causal, so the
   logits at position ``n-1`` do not depend on the padding; a static-shape engine per bucket is what
   TensorRT builds best.
+
+Beam search and best-of-N sampling ask for the next-token logits of several sequences at once
+(:meth:`last_logits`). The exact decoder runs them as one batch: the exported decoder fixes its batch
+axis at 1 in the declared shapes only, so the per-token part is loaded with that axis free, the hoisted
+cross-attention tensors are repeated once per window for the beams, and the logits (which the export
+reshapes to [1, n, B*vocab]) are read back as [B, n, vocab]; a check against one-row runs on first use
+falls back to rows one by one if an export does not allow it. The bucketed decoder (fixed [1, L]
+shapes, encoder_out [1, 1500, d]) runs the rows one after another.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -33,7 +42,8 @@ from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError
-from edgert.speech.decoder_split import split_decoder
+from edgert.speech.decoder_split import add_last_logits, split_decoder
+from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
 
@@ -48,16 +58,6 @@ BLANK_TOKEN = 220  # "Ġ": Whisper never lets the text start with a bare space
 NO_SPEECH_TOKEN = 50361  # <|nocaptions|> in the English-only vocabulary
 MAX_TOKENS = 224  # Whisper's sample_len: half the decoder's 448-token context
 _BUCKETS = (16, 32, 64, 128, 256)
-
-
-@dataclass
-class _Window:
-    """What greedy decoding of one 30 s window gives."""
-
-    tokens: list[int] = field(default_factory=list)
-    truncated: bool = False
-    sum_logprob: float = 0.0
-    no_speech_prob: float = 0.0
 
 
 def _logsumexp(x: np.ndarray) -> float:
@@ -84,6 +84,7 @@ def whisper_files(model_dir: str | Path) -> tuple[Path, Path, Path]:
 
 class _Decoder(Protocol):
     def logits(self, tokens: np.ndarray, n: int) -> np.ndarray: ...
+    def last_logits(self, tokens: np.ndarray) -> np.ndarray: ...
     def set_encoder_out(self, encoder_out: np.ndarray) -> None: ...
     def close(self) -> None: ...
 
@@ -124,15 +125,23 @@ class _ExactOrtDecoder:
         split = split_decoder(model)
         self._cross: Any = None
         self._hoisted: list[str] = []
+        self._last: str | None = None  # the last-position output (decoder_split.add_last_logits)
+        self._last_ok: bool | None = None  # None: not checked against the full logits yet
         if split is None:
             self._step: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
         else:
             cross, step, self._hoisted = split
+            self._last = add_last_logits(step)
+            for inp in step.graph.input:  # declared [1, n]; the graph itself reads the batch from the tokens
+                if inp.name == "tokens" and inp.type.tensor_type.shape.dim:
+                    inp.type.tensor_type.shape.dim[0].dim_param = "batch"
             self._cross = _ort_from_proto(cross, f"{path} (cross-attention part)", threads)
             self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
         del model
         self._out = self._step.get_outputs()[0].name
         self._feed: dict[str, np.ndarray] = {}
+        self._tiled: dict[str, np.ndarray] = {}  # the hoisted tensors repeated for a batch of sequences
+        self.batched: bool | None = None if self._cross is not None else False  # None: not tried yet
 
     def set_encoder_out(self, encoder_out: np.ndarray) -> None:
         if self._cross is None:
@@ -143,19 +152,74 @@ class _ExactOrtDecoder:
         except Exception as exc:  # onnxruntime's pybind11 exception types
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         self._feed = dict(zip(self._hoisted, values))
+        self._tiled = {}
 
-    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
-        """Logits [n, vocab] of the first ``n`` tokens."""
+    def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
         try:
-            logits = self._step.run([self._out], {"tokens": tokens[:, :n], **self._feed})[0]
+            out: np.ndarray = self._step.run([output or self._out], {"tokens": tokens, **feed})[0]
         except Exception as exc:  # onnxruntime's pybind11 exception types
             raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
-        out: np.ndarray = logits[0]
         return out
+
+    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
+        """Logits [n, vocab] of the first ``n`` tokens of row 0."""
+        out: np.ndarray = self._run(np.ascontiguousarray(tokens[:1, :n]), self._feed)[0]
+        return out
+
+    def _batch_feed(self, b: int) -> dict[str, np.ndarray]:
+        """The hoisted tensors for ``b`` sequences: repeated once per window, sliced for smaller batches."""
+        if b == 1:
+            return self._feed
+        have = next(iter(self._tiled.values())).shape[0] if self._tiled else 0
+        if have < b:
+            self._tiled = {k: np.repeat(v, b, axis=0) for k, v in self._feed.items()}
+            have = b
+        return self._tiled if have == b else {k: v[:b] for k, v in self._tiled.items()}
+
+    def _fast(self, tokens: np.ndarray) -> np.ndarray:
+        """Last-position logits [B, vocab] in one run: the last-position output when it checked out."""
+        b, n = tokens.shape
+        feed = self._batch_feed(b)
+        if self._last is not None and self._last_ok:
+            last: np.ndarray = self._run(tokens, feed, self._last).reshape(b, -1)
+            return last
+        out: np.ndarray = self._run(tokens, feed).reshape(b, n, -1)[:, -1]
+        return out
+
+    def _agrees(self, tokens: np.ndarray, reference: np.ndarray) -> bool:
+        try:
+            got = self._fast(tokens)
+        except (BackendError, ValueError):
+            return False
+        return got.shape == reference.shape and bool(np.allclose(got, reference, atol=1e-3))
+
+    def last_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """Next-token logits [B, vocab] of B sequences of one length.
+
+        One run for all B and the last position only, once a first call has checked both against the full
+        logits row by row (an export that does not allow one of them keeps the plain way for it).
+        """
+        b, n = tokens.shape
+        if (self._last is not None and self._last_ok is None) or (b > 1 and self.batched is None):
+            rows = np.stack([self.logits(tokens[i : i + 1], n)[-1] for i in range(b)])
+            if self._last is not None and self._last_ok is None:
+                self._last_ok = True
+                self._last_ok = self._agrees(tokens[:1], rows[:1])
+            if b > 1 and self.batched is None:
+                self.batched = self._agrees(tokens, rows)
+                if not self.batched:
+                    log.warning("Whisper decoder: this export does not run several sequences in one batch; "
+                                "beams run one after another")
+            return rows
+        if b == 1 or self.batched:
+            return self._fast(tokens)
+        return np.concatenate([self._fast(tokens[i : i + 1]) for i in range(b)])
 
     def close(self) -> None:
         self._step = None
         self._cross = None
+        self._feed = {}
+        self._tiled = {}
 
 
 class _BucketedDecoder:
@@ -194,6 +258,17 @@ class _BucketedDecoder:
         out: np.ndarray = sess.infer()[sess.output_specs[0].name][0, :n]
         return out
 
+    def last_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """Next-token logits [B, vocab]: a fixed [1, L] engine, so the rows run one after another."""
+        n = tokens.shape[1]
+        out = np.empty((tokens.shape[0], 0), dtype=np.float32)
+        for i in range(tokens.shape[0]):
+            row = self.logits(tokens[i : i + 1], n)[n - 1]  # a view of the Session's output buffer: copy it out
+            if i == 0:
+                out = np.empty((tokens.shape[0], row.shape[0]), dtype=row.dtype)
+            out[i] = row
+        return out
+
     def close(self) -> None:
         for sess in self._sessions.values():
             sess.close()
@@ -201,11 +276,18 @@ class _BucketedDecoder:
 
 
 class Transcriber:
-    """Whisper (tiny.en and other English-only exports) with greedy decoding.
+    """Whisper (tiny.en and other English-only exports): greedy decoding, or openai-whisper's beam search.
 
     ``transcribe(audio)`` takes 16 kHz mono float32 audio and returns a :class:`Transcript`; audio
     longer than 30 s is read in consecutive 30 s windows. ``transcribe_segment`` keeps a VAD
     segment's times.
+
+    ``decoding``: ``greedy`` (the most probable token each step) or ``beam`` (``beam_size`` beams,
+    ``patience``, ranked by sum log-probability over length, or ``length_penalty`` alpha as in Google NMT).
+    ``temperatures``: openai-whisper's fallback schedule; ``(0.0,)`` decodes once, and with more a window
+    whose text is repetitive (compression ratio above ``compression_ratio_threshold``) or improbable (mean
+    log-probability below ``logprob_threshold``) is decoded again at the next temperature, by sampling
+    ``best_of`` sequences. ``seed`` seeds that sampling.
     """
 
     def __init__(
@@ -217,10 +299,19 @@ class Transcriber:
         decoder: Literal["auto", "exact", "bucketed"] = "auto",
         no_speech_threshold: float | None = 0.6,
         logprob_threshold: float = -1.0,
+        decoding: Literal["greedy", "beam"] = "greedy",
+        beam_size: int = 5,
+        patience: float | None = None,
+        length_penalty: float | None = None,
+        temperatures: Sequence[float] = (0.0,),
+        best_of: int = 5,
+        compression_ratio_threshold: float | None = 2.4,
+        seed: int = 0,
     ) -> None:
         enc_path, dec_path, tok_path = whisper_files(model_dir)
         if not 1 <= max_tokens <= _BUCKETS[-1] - len(START_TOKENS):
             raise InputError(f"max_tokens must be 1..{_BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
+        self._check_search(decoding, beam_size, patience, length_penalty, tuple(temperatures), best_of)
         tokenizers = lazy_import("tokenizers", "Whisper's tokenizer")
         try:
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
@@ -229,6 +320,16 @@ class Transcriber:
         self.max_tokens = max_tokens
         self.no_speech_threshold = no_speech_threshold  # None: never drop a window as silence
         self.logprob_threshold = logprob_threshold
+        self.decoding = decoding
+        self.beam_size = beam_size
+        self.patience = patience
+        self.length_penalty = length_penalty
+        self.temperatures = tuple(float(t) for t in temperatures)
+        self.best_of = best_of
+        self.compression_ratio_threshold = compression_ratio_threshold
+        self._rng = np.random.default_rng(seed)
+        #: windows decoded, and those decoded again at a higher temperature (at least once)
+        self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0}
         self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
         try:
             self._check_encoder(enc_path)
@@ -243,8 +344,23 @@ class Transcriber:
             self.encoder.close()
             raise
         self._features = WhisperFeatures(self._n_mels)
-        self._tokens = np.zeros((1, len(START_TOKENS) + max_tokens), dtype=np.int64)
         self._suppress: np.ndarray | None = None
+
+    @staticmethod
+    def _check_search(decoding: str, beam_size: int, patience: float | None, length_penalty: float | None,
+                      temperatures: tuple[float, ...], best_of: int) -> None:
+        if decoding not in ("greedy", "beam"):
+            raise InputError(f"decoding must be greedy or beam, got {decoding!r}")
+        if beam_size < 1 or best_of < 1:
+            raise InputError(f"beam_size and best_of must be >= 1, got {beam_size} and {best_of}")
+        if patience is not None and round(beam_size * patience) < 1:
+            raise InputError(f"patience {patience} keeps no candidate with beam_size {beam_size}")
+        if length_penalty is not None and not 0.0 <= length_penalty <= 1.0:
+            raise InputError(f"length_penalty (alpha) must be 0..1, got {length_penalty}")
+        if not temperatures or any(t < 0 for t in temperatures):
+            raise InputError(f"temperatures must be one or more values >= 0, got {list(temperatures)}")
+        if decoding == "beam" and temperatures[0] != 0:
+            raise InputError("beam search runs at temperature 0: temperatures must start with 0")
 
     def _check_encoder(self, path: Path) -> None:
         specs = self.encoder.input_specs
@@ -285,32 +401,61 @@ class Transcriber:
                     result.add(tokens[0])
         return result
 
-    def _decode_window(self, audio: np.ndarray) -> _Window:
+    def _step_fn(self, first: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """``step`` for :mod:`edgert.speech.decoding`: the suppression rules, then log-probabilities.
+
+        ``first``: the logits after the start tokens, shared by every search of the window.
+        """
+        start = len(START_TOKENS)
+
+        def step(tokens: np.ndarray) -> np.ndarray:
+            n = tokens.shape[1]
+            raw = first[None, :] if n == start else self._decoder.last_logits(tokens)
+            logits = np.where(self._suppress_mask(raw.shape[-1]), -np.inf, raw).astype(np.float32)
+            if n == start:  # Whisper's SuppressBlank: no empty text, no leading space
+                logits[:, BLANK_TOKEN] = -np.inf
+                logits[:, END_TOKEN] = -np.inf
+                logits = np.repeat(logits, tokens.shape[0], axis=0)
+            return log_softmax(logits)
+
+        return step
+
+    def _attempt(self, step: Callable[[np.ndarray], np.ndarray], temperature: float,
+                 no_speech_prob: float) -> Decoded:
+        """One decoding of the window at ``temperature``: greedy or beam at 0, best-of sampling above."""
+        if temperature > 0:
+            cands = sample(step, START_TOKENS, END_TOKEN, self.max_tokens, temperature, self.best_of, self._rng)
+            best = rank(cands, self.length_penalty)
+        elif self.decoding == "beam":
+            best = rank(beam_search(step, START_TOKENS, END_TOKEN, self.max_tokens, self.beam_size, self.patience),
+                        self.length_penalty)
+        else:
+            best = greedy(step, START_TOKENS, END_TOKEN, self.max_tokens)
+        text = self.tokenizer.decode(list(best.tokens), skip_special_tokens=True).strip()
+        return Decoded(best.tokens, best.sum_logprob, best.finished, temperature, text, no_speech_prob)
+
+    def _decode_window(self, audio: np.ndarray, ungated: bool = False) -> Decoded:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
         encoder_out = self.encoder.infer()[self._enc_out_name]
         self._decoder.set_encoder_out(encoder_out)
-        toks = self._tokens
-        n = len(START_TOKENS)
-        toks[0, :n] = START_TOKENS
-        window = _Window()
-        for step in range(self.max_tokens):
-            all_logits = self._decoder.logits(toks, n)
-            if step == 0 and all_logits.shape[1] > NO_SPEECH_TOKEN:
-                # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
-                window.no_speech_prob = float(_softmax_at(all_logits[0], NO_SPEECH_TOKEN))
-            logits = np.where(self._suppress_mask(all_logits.shape[1]), -np.inf, all_logits[n - 1])
-            if step == 0:  # Whisper's SuppressBlank: no empty text, no leading space
-                logits[BLANK_TOKEN] = -np.inf
-                logits[END_TOKEN] = -np.inf
-            token = int(np.argmax(logits))
-            window.sum_logprob += float(logits[token] - _logsumexp(logits))
-            if token == END_TOKEN:
-                return window
-            window.tokens.append(token)
-            toks[0, n] = token
-            n += 1
-        log.warning("Whisper stopped at max_tokens=%d before the end token", self.max_tokens)
-        window.truncated = True
+        start = np.array([START_TOKENS], dtype=np.int64)
+        all_logits = self._decoder.logits(start, len(START_TOKENS))
+        # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
+        no_speech = (float(_softmax_at(all_logits[0], NO_SPEECH_TOKEN)) if all_logits.shape[1] > NO_SPEECH_TOKEN
+                     else 0.0)
+        step = self._step_fn(np.array(all_logits[-1]))  # a copy: the bucketed decoder's output buffer is reused
+        tried = decode_with_fallback(
+            lambda t: self._attempt(step, t, no_speech), self.temperatures, self.compression_ratio_threshold,
+            self.logprob_threshold, self.no_speech_threshold, ungated)
+        self.stats["windows"] += 1
+        self.stats["attempts"] += len(tried)
+        self.stats["fallback_windows"] += len(tried) > 1
+        if len(tried) > 1:
+            log.debug("Whisper window decoded at temperatures %s (kept %.1f)",
+                      ", ".join(f"{d.temperature:.1f}" for d in tried), tried[-1].temperature)
+        window = tried[-1]
+        if not window.finished:
+            log.warning("Whisper stopped at max_tokens=%d before the end token", self.max_tokens)
         return window
 
     def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "",
@@ -333,16 +478,15 @@ class Transcriber:
         truncated = False
         sum_logprob, counted, no_speech, windows, silent = 0.0, 0, 0.0, 0, 0
         for off in range(0, max(len(x), 1), N_SAMPLES):
-            w = self._decode_window(x[off : off + N_SAMPLES])
+            w = self._decode_window(x[off : off + N_SAMPLES], ungated)
             windows += 1
             no_speech += w.no_speech_prob
-            avg = w.sum_logprob / (len(w.tokens) + 1)
             if (self.no_speech_threshold is not None and w.no_speech_prob > self.no_speech_threshold
-                    and (ungated or avg < self.logprob_threshold)):
+                    and (ungated or w.avg_logprob < self.logprob_threshold)):
                 silent += 1
                 continue
             tokens += w.tokens
-            truncated = truncated or w.truncated
+            truncated = truncated or not w.finished
             sum_logprob += w.sum_logprob
             counted += len(w.tokens) + 1
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()

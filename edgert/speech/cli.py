@@ -4,6 +4,8 @@
 ``.onnx`` for wakeword, a Whisper folder for asr); the other stages of ``speech.chain`` take theirs from
 the config (``speech.vad.model``, ``speech.wakeword.models``, ``speech.asr.model``). Without
 ``speech.chain`` the task's stage runs alone, after VAD when ``speech.vad.model`` is set.
+
+Whisper's token search (``speech.asr.decoding`` ...) takes its flags in :mod:`edgert.cli.speech_flags`.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def build_chain(config: PipelineConfig, on_event: Any = None) -> Any:
         if "asr" in chain:
             asr = Transcriber(models["asr"], backend, threads, max_tokens=sp.asr.max_tokens, decoder=sp.asr.decoder,
                               no_speech_threshold=sp.asr.no_speech_threshold,
-                              logprob_threshold=sp.asr.logprob_threshold)
+                              logprob_threshold=sp.asr.logprob_threshold, **sp.asr.search())
             stack.callback(asr.close)
         result = SpeechChain(vad, ww, asr, listen_s=sp.wakeword.listen_s, on_event=on_event)
         stack.pop_all()

@@ -11,6 +11,11 @@ of a step's work. :func:`split_decoder` cuts the graph in two with no change to 
 The cut is found from the graph (which nodes depend on which input), not from node names, so it fits
 other Whisper sizes and exporters; when there is nothing to hoist, None is returned and the decoder runs
 whole.
+
+:func:`add_last_logits` gives the per-token part a second output, the logits of the last position alone.
+Without a KV cache the decoder projects every position onto the vocabulary each step (in tiny.en
+384 x 51864 multiply-adds a position, more than the rest of the step), while the search reads only the
+last one; ONNX Runtime computes only what the requested output needs.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import logging
 import onnx
 from onnx import helper
 
-__all__ = ["split_decoder"]
+__all__ = ["LAST_LOGITS", "add_last_logits", "split_decoder"]
+
+LAST_LOGITS = "edgert_last_logits"
+_INT64_MAX = 2**63 - 1
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +89,45 @@ def split_decoder(model: onnx.ModelProto, tokens: str = "tokens",
     step = _model(model, step_nodes, token_in + hoisted_vi, list(graph.output), "whisper_decoder_step")
     log.debug("decoder split: %d nodes run once per window, %d per token", len(audio_nodes), len(step_nodes))
     return cross, step, hoisted
+
+
+def add_last_logits(model: onnx.ModelProto) -> str | None:
+    """Add an output :data:`LAST_LOGITS` computing the vocabulary projection at the last position only.
+
+    The graph's first output must come from a MatMul or Gemm (the projection), possibly through Reshapes,
+    whose data input is [batch, n, d] itself or a Reshape of it: the branch slices position n-1 there and
+    repeats the nodes after it. The caller checks the new output against the full one before trusting it.
+    Returns the output's name, or None when the graph does not have that shape.
+    """
+    graph = model.graph
+    if not graph.output:
+        return None
+    producer = {out: node for node in graph.node for out in node.output}
+    node = producer.get(graph.output[0].name)
+    while node is not None and node.op_type == "Reshape":
+        node = producer.get(node.input[0])
+    if node is None or node.op_type not in ("MatMul", "Gemm"):
+        return None
+    chain = [node]
+    data = node.input[0]
+    before = producer.get(data)
+    if before is not None and before.op_type == "Reshape":
+        chain.insert(0, before)
+        data = before.input[0]
+    prefix = "edgert_last/"
+    graph.initializer.extend([helper.make_tensor(prefix + "starts", onnx.TensorProto.INT64, [1], [-1]),
+                              helper.make_tensor(prefix + "ends", onnx.TensorProto.INT64, [1], [_INT64_MAX]),
+                              helper.make_tensor(prefix + "axes", onnx.TensorProto.INT64, [1], [1])])
+    current = prefix + "sliced"
+    new = [helper.make_node("Slice", [data, prefix + "starts", prefix + "ends", prefix + "axes"], [current],
+                            name=prefix + "Slice")]
+    for i, old in enumerate(chain):
+        out = LAST_LOGITS if i == len(chain) - 1 else f"{prefix}{i}"
+        copy = helper.make_node(old.op_type, [current, *old.input[1:]], [out], name=f"{prefix}{old.op_type}_{i}")
+        copy.attribute.extend(old.attribute)
+        new.append(copy)
+        current = out
+    graph.node.extend(new)
+    elem = graph.output[0].type.tensor_type.elem_type
+    graph.output.append(helper.make_tensor_value_info(LAST_LOGITS, elem, None))
+    return LAST_LOGITS

@@ -48,6 +48,8 @@ def test_bucketed_decoder_matches_the_exact_one(speech_models: Path, whisper: Tr
             a, b = exact.logits(tokens, n)[n - 1], bucketed.logits(tokens, n)[n - 1]
             assert a.argmax() == b.argmax()
             np.testing.assert_allclose(a, b, atol=2e-3)
+        beams = np.array([[50257, 50362, 679, 1244], [50257, 50362, 679, 373]], dtype=np.int64)
+        np.testing.assert_allclose(bucketed.last_logits(beams), exact.last_logits(beams), atol=2e-3)  # row by row
     finally:
         bucketed.close()
 
@@ -145,3 +147,53 @@ def test_split_decoder_hoists_only_the_audio_part(tmp_path: Path) -> None:
     del model.graph.node[:]
     model.graph.node.extend([nodes[2], helper.make_node("Add", ["x", "encoder_out"], ["kt"]), nodes[3]])
     assert split_decoder(model) is None
+
+
+@pytest.fixture(scope="session")
+def clip_0880(librivox: Path) -> np.ndarray:
+    """'he was not an ill disposed young man' (3.0 s): greedy hears 'an old-sposed young man'."""
+    pytest.importorskip("soundfile")
+    from edgert.speech import read_audio
+
+    return read_audio(librivox / "sense_and_sensibility_01_austen_64kb-0880.wav")
+
+
+def test_beam_search_transcribes_a_librivox_clip(whisper: Transcriber, clip_0880: np.ndarray) -> None:
+    """openai-whisper's beam search (5 beams) gets the clip right where greedy merges 'ill disposed'."""
+    ref = ["he", "was", "not", "an", "ill", "disposed", "young", "man"]
+    greedy = whisper.transcribe(clip_0880)
+    whisper.decoding = "beam"
+    try:
+        beam = whisper.transcribe(clip_0880)
+    finally:
+        whisper.decoding = "greedy"
+    assert normalize_text(beam.text) == ref, beam.text
+    assert normalize_text(greedy.text) != ref, greedy.text  # the clip tells the two apart
+    assert not beam.truncated and not beam.no_speech
+    assert beam.avg_logprob is not None and greedy.avg_logprob is not None
+    assert beam.avg_logprob > greedy.avg_logprob  # the beam's choice is the more probable text
+    assert whisper._decoder.batched is True  # type: ignore[attr-defined]  # five beams, one decoder call
+
+
+def test_real_decoder_runs_beams_as_one_batch(whisper: Transcriber, clip_0930: np.ndarray) -> None:
+    whisper.transcribe(clip_0930)  # sets the window's encoder output
+    tokens = np.array([[50257, 50362, 679, 1244, 772], [50257, 50362, 679, 373, 407],
+                       [50257, 50362, 1375, 1244, 772]], dtype=np.int64)
+    together = whisper._decoder.last_logits(tokens)
+    rows = np.stack([whisper._decoder.logits(tokens[i : i + 1], 5)[-1] for i in range(3)])
+    assert together.shape == (3, rows.shape[1])
+    np.testing.assert_allclose(together, rows, atol=1e-3)
+    assert (together.argmax(axis=1) == rows.argmax(axis=1)).all()
+    # both shortcuts checked out and are used: one batch, and the vocabulary projection at the last position only
+    assert whisper._decoder.batched is True and whisper._decoder._last_ok is True  # type: ignore[attr-defined]
+
+
+def test_config_search_keys_are_transcriber_arguments() -> None:
+    import inspect
+
+    from edgert.config import AsrConfig
+
+    params = inspect.signature(Transcriber.__init__).parameters
+    assert set(AsrConfig(decoding="beam").search()) <= set(params)
+    with pytest.raises(InputError, match="temperature 0"):
+        Transcriber._check_search("beam", 5, None, None, (0.2,), 5)

@@ -42,6 +42,18 @@ def test_vad_then_whisper_reports_rtf_and_whisper_share(tmp_path: Path, speech_m
     assert "amiable himself" in lines[1]["text"].lower()
 
 
+def test_beam_search_from_the_command_line(tmp_path: Path, speech_models: Path, librivox: Path) -> None:
+    """--decoding beam reaches the Transcriber: the clip greedy gets wrong ("an old-sposed young man") comes out
+    right."""
+    events = tmp_path / "events.jsonl"
+    r = run_cli("run", "--task", "asr", "--model", str(speech_models / "whisper-tiny.en"), "--backend", "onnxruntime",
+                "--source", str(librivox / "sense_and_sensibility_01_austen_64kb-0880.wav"), "--decoding", "beam",
+                "--fallback", "--sink", f"jsonl://{events}", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    (line,) = [json.loads(line) for line in events.read_text().splitlines()]
+    assert line["type"] == "transcript" and "ill-disposed young man" in line["text"].lower(), line["text"]
+
+
 def test_vad_alone_on_a_folder_to_stdout(speech_models: Path, librivox: Path) -> None:
     r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--source", str(librivox),
                 "--sink", "jsonl://-", "--backend", "onnxruntime")
