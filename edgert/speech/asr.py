@@ -136,7 +136,19 @@ class _ExactOrtDecoder:
                 if inp.name == "tokens" and inp.type.tensor_type.shape.dim:
                     inp.type.tensor_type.shape.dim[0].dim_param = "batch"
             self._cross = _ort_from_proto(cross, f"{path} (cross-attention part)", threads)
-            self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
+            try:
+                self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
+            except ModelError:
+                if self._last is None:
+                    raise
+                # The last-position branch is an optimization: a graph it does not fit loads without it.
+                log.info("%s: the last-position logits do not fit this decoder; computing all positions", path)
+                del step.graph.output[-1]
+                kept = [n for n in step.graph.node if not n.name.startswith("edgert_last/")]
+                del step.graph.node[:]
+                step.graph.node.extend(kept)
+                self._last = None
+                self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
         del model
         self._out = self._step.get_outputs()[0].name
         self._feed: dict[str, np.ndarray] = {}

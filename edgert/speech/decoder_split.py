@@ -110,10 +110,22 @@ def add_last_logits(model: onnx.ModelProto) -> str | None:
         return None
     chain = [node]
     data = node.input[0]
+    # An INT8 decoder (edgert calibrate --decoder-int8) has a Quantize/DequantizeLinear pair (and a Cast in
+    # some exports) between the Reshape and the projection: elementwise with per-tensor scales, so they
+    # are repeated on the sliced branch too.
+    passing: list[onnx.NodeProto] = []
     before = producer.get(data)
+    while before is not None and before.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast"):
+        passing.insert(0, before)
+        before = producer.get(before.input[0])
     if before is not None and before.op_type == "Reshape":
-        chain.insert(0, before)
+        chain = [before, *passing, node]
         data = before.input[0]
+    elif passing:
+        chain = [*passing, node]
+        data = passing[0].input[0]
+    if node.op_type == "Gemm" and chain[0].op_type != "Reshape":
+        return None  # a Gemm reads [batch * n, d]: position n-1 cannot be sliced on axis 1 there
     prefix = "edgert_last/"
     graph.initializer.extend([helper.make_tensor(prefix + "starts", onnx.TensorProto.INT64, [1], [-1]),
                               helper.make_tensor(prefix + "ends", onnx.TensorProto.INT64, [1], [_INT64_MAX]),
