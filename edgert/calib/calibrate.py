@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,10 @@ class CalibrationOptions:
     check_video: str | None = None  # also check (and run the sensitivity pass) on frames of this video
     check_video_frames: int = 40
     check_held_out: bool = False  # check on the folder's unused images instead of calibration images + mirrors
+    #: copies of the check images added to the check set (see _check_frames): "mirror", "half", "mosaic",
+    #: "mosaic3"
+    check_variants: tuple[str, ...] = ("mirror", "half")
+    calib_variants: tuple[str, ...] = ()  # copies of each calibration image the ranges are collected on too
     score_frames: int = 8  # frames each layer's sensitivity is scored on
     budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
     threads: int = 0
@@ -113,7 +117,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "num": opts.num, "seed": opts.seed, "ops": list(opts.ops), "trt": [cache_version, opts.cache_algorithm],
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
-                  opts.score_frames],
+                  opts.score_frames, list(opts.check_variants)],
+        "calib_variants": list(opts.calib_variants),
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -189,7 +194,9 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     def fill(sample: object, buf: np.ndarray) -> None:
         pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
 
-    histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
+    samples: Any = _with_variants(dataset, opts.calib_variants) if opts.calib_variants else dataset
+    histograms = collector.run(samples, fill, buffer, progress=progress,
+                               total=len(dataset) * (1 + len(opts.calib_variants)))
     collector.close()
     write_kwargs: dict[str, Any] = {}
     t_collect = time.perf_counter() - t0
@@ -215,7 +222,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     if opts.check:
         t0 = time.perf_counter()
         frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
-                                            opts.check_video_frames, opts.check_held_out)
+                                            opts.check_video_frames, opts.check_held_out, opts.check_variants)
         accuracy = _accuracy(model, paths["onnx"], frames, config)
         accuracy["frames_from"] = frames_from
         t_check = time.perf_counter() - t0
@@ -296,16 +303,35 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
         raise CalibrationError(f"{path}: cannot write the quantized model: {exc}") from exc
 
 
+#: The copies of each check image ``_check_frames`` can add, and what each says in the report.
+CHECK_VARIANTS = {
+    "mirror": "mirror images",
+    "half": "half-size copies",
+    "mosaic": "2x2 mosaics",
+    "mosaic3": "3x3 mosaics",
+}
+
+
+def _known_variants(variants: Sequence[str]) -> None:
+    unknown = [v for v in variants if v not in CHECK_VARIANTS]
+    if unknown:
+        raise CalibrationError(f"unknown image variant(s) {', '.join(unknown)}; known: {', '.join(CHECK_VARIANTS)}")
+
+
 def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, video: str | None,
-                  video_count: int, held_out: bool = False) -> tuple[list[np.ndarray], str]:
+                  video_count: int, held_out: bool = False,
+                  variants: Sequence[str] = ("mirror", "half")) -> tuple[list[np.ndarray], str]:
     """The frames the accuracy check and the sensitivity pass judge on.
 
-    Default: up to ``count`` of the calibration images and their mirror images, so the check never
-    uses the images a user keeps apart to evaluate on (``edgert compare --skip-used``), and a layer is
-    judged on scenes it did not get its ranges from (mirrored, objects move to the other side and
-    asymmetric features change). ``held_out``: the folder's images calibration did not use instead
-    (the calibration images when there are none). Plus ``video_count`` frames of ``video``.
+    Default: up to ``count`` of the calibration images plus, per name in ``variants``, one copy of each
+    (:data:`CHECK_VARIANTS`): so the check never uses the images a user keeps apart to evaluate on
+    (``edgert compare --skip-used``), and a layer is judged on scenes it did not get its ranges from
+    (mirrored, objects move to the other side and asymmetric features change; smaller, a pixel of error
+    is more IoU). ``held_out``: the folder's images calibration did not use instead (the calibration
+    images when there are none). Plus ``video_count`` frames of ``video``. At most ``count`` images are
+    decoded, so the set is bounded whatever the number of calibration images.
     """
+    _known_variants(variants)
     if held_out:
         try:
             held = CalibrationImages(images, seed=1, exclude=frozenset(dataset.used), quiet=True)
@@ -318,8 +344,19 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
     else:
         again = CalibrationImages(images, seed=dataset.seed, exclude=frozenset(dataset.skipped), quiet=True)
         chosen = [img for _, img in itertools.islice(again, min(count, len(dataset.used)))]
-        frames = [*chosen, *(np.ascontiguousarray(img[:, ::-1]) for img in chosen), *(_small(img) for img in chosen)]
-        where = f"{len(chosen)} calibration images, their mirror images and half-size copies"
+        frames = list(chosen)
+        for variant in variants:
+            if variant == "mirror":
+                frames += [np.ascontiguousarray(img[:, ::-1]) for img in chosen]
+            elif variant == "half":
+                frames += [_small(img) for img in chosen]
+            elif variant == "mosaic":
+                frames += [_mosaic(chosen, i, 2) for i in range(len(chosen))]
+            elif variant == "mosaic3":
+                frames += [_mosaic(chosen, i, 3) for i in range(len(chosen))]
+        names = [CHECK_VARIANTS[v] for v in variants]
+        where = f"{len(chosen)} calibration images" + "".join(
+            f"{', ' if i < len(names) - 1 else ' and '}{n}" for i, n in enumerate(names))
     if video:
         from edgert.calib.comparison import video_frames
 
@@ -330,6 +367,26 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
     return frames, where
 
 
+def _with_variants(dataset: Iterable[tuple[Path, np.ndarray]],
+                   variants: Sequence[str]) -> Iterator[tuple[Path, np.ndarray]]:
+    """Each calibration image, then one copy of it per name of ``variants`` (:data:`CHECK_VARIANTS`; a
+    mosaic tiles it with the images just before it). Holds at most 9 images whatever the count."""
+    _known_variants(variants)
+    recent: list[np.ndarray] = []
+    for path, image in dataset:
+        recent = [*recent[-8:], image]
+        yield path, image
+        for variant in variants:
+            if variant == "mirror":
+                yield path, np.ascontiguousarray(image[:, ::-1])
+            elif variant == "half":
+                yield path, _small(image)
+            else:
+                n = 2 if variant == "mosaic" else 3
+                window = recent[-n * n:]
+                yield path, _mosaic(window, len(window) - 1, n)
+
+
 def _small(image: np.ndarray) -> np.ndarray:
     """``image`` mirrored at half size in the top-left corner of a grey frame of its own size: the same
     scene with objects a quarter of the area, where localization in INT8 is hardest (a pixel is more IoU)."""
@@ -338,6 +395,24 @@ def _small(image: np.ndarray) -> np.ndarray:
     out = np.full_like(image, 114)
     half = cv2.resize(image[:, ::-1], (max(1, w // 2), max(1, h // 2)), interpolation=cv2.INTER_AREA)
     out[: half.shape[0], : half.shape[1]] = half
+    return out
+
+
+def _mosaic(images: Sequence[np.ndarray], first: int, n: int) -> np.ndarray:
+    """``n x n`` of ``images`` (from ``first`` on, wrapping around) tiled in a frame of the first one's size,
+    each shrunk to fit its cell with its aspect kept: a crowded scene of small objects, as from a camera
+    looking over a street or a hall (objects 1/n^2 of their area; the cell's margin is grey)."""
+    cv2 = lazy_import("cv2", "the calibration check set")
+    h, w = images[first % len(images)].shape[:2]
+    out = np.full((h, w, 3), 114, np.uint8)
+    ch, cw = h // n, w // n
+    for k in range(n * n):
+        img = images[(first + k) % len(images)]
+        r = min(ch / img.shape[0], cw / img.shape[1])
+        th, tw = max(1, int(img.shape[0] * r)), max(1, int(img.shape[1] * r))
+        tile = cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
+        y, x = (k // n) * ch, (k % n) * cw
+        out[y: y + th, x: x + tw] = tile
     return out
 
 
