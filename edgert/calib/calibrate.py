@@ -31,7 +31,7 @@ from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
-from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, write_qdq
+from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
 from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
 from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
@@ -67,6 +67,7 @@ class CalibrationOptions:
     #: copies of the check images added to the check set (see _check_frames): "mirror", "half", "mosaic",
     #: "mosaic3"
     check_variants: tuple[str, ...] = ("mirror", "half")
+    share_scales: tuple[str, ...] = ()  # ops whose inputs and outputs share one INT8 range (qdq.shared_ranges)
     calib_variants: tuple[str, ...] = ()  # copies of each calibration image the ranges are collected on too
     score_frames: int = 8  # frames each layer's sensitivity is scored on
     budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
@@ -118,7 +119,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
-        "calib_variants": list(opts.calib_variants),
+        "calib_variants": list(opts.calib_variants), "share_scales": list(opts.share_scales),
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -209,6 +210,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         log.info("non-finite values seen in %s: those stay float", ", ".join(sorted(observed_nonfinite)))
         plan = plan_quantization(prepared, opts.ops, opts.exclude_nodes, nonfinite=observed_nonfinite)
     amax = {n: r.amax for n, r in ranges.items()}
+    if opts.share_scales:
+        amax = shared_ranges(prepared, plan, amax, opts.share_scales)
 
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
     qdq = write_qdq(prepared, plan, amax, metadata=meta, **write_kwargs)
