@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,6 @@ class CalibrationOptions:
     #: "mosaic3"
     check_variants: tuple[str, ...] = ("mirror", "half")
     share_scales: tuple[str, ...] = ()  # ops whose inputs and outputs share one INT8 range (qdq.shared_ranges)
-    calib_variants: tuple[str, ...] = ()  # copies of each calibration image the ranges are collected on too
     score_frames: int = 8  # frames each layer's sensitivity is scored on
     budget_mb: float = 512.0  # exposed activations per ONNX Runtime run
     threads: int = 0
@@ -119,7 +118,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
-        "calib_variants": list(opts.calib_variants), "share_scales": list(opts.share_scales),
+        "share_scales": list(opts.share_scales),
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -195,9 +194,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     def fill(sample: object, buf: np.ndarray) -> None:
         pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
 
-    samples: Any = _with_variants(dataset, opts.calib_variants) if opts.calib_variants else dataset
-    histograms = collector.run(samples, fill, buffer, progress=progress,
-                               total=len(dataset) * (1 + len(opts.calib_variants)))
+    histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
     collector.close()
     write_kwargs: dict[str, Any] = {}
     t_collect = time.perf_counter() - t0
@@ -368,26 +365,6 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
         frames += extra
         where += f" + {len(extra)} frames of {Path(video).name}"
     return frames, where
-
-
-def _with_variants(dataset: Iterable[tuple[Path, np.ndarray]],
-                   variants: Sequence[str]) -> Iterator[tuple[Path, np.ndarray]]:
-    """Each calibration image, then one copy of it per name of ``variants`` (:data:`CHECK_VARIANTS`; a
-    mosaic tiles it with the images just before it). Holds at most 9 images whatever the count."""
-    _known_variants(variants)
-    recent: list[np.ndarray] = []
-    for path, image in dataset:
-        recent = [*recent[-8:], image]
-        yield path, image
-        for variant in variants:
-            if variant == "mirror":
-                yield path, np.ascontiguousarray(image[:, ::-1])
-            elif variant == "half":
-                yield path, _small(image)
-            else:
-                n = 2 if variant == "mosaic" else 3
-                window = recent[-n * n:]
-                yield path, _mosaic(window, len(window) - 1, n)
 
 
 def _small(image: np.ndarray) -> np.ndarray:

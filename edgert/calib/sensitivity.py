@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,28 +52,18 @@ def localization_error(reference: Sequence[Detections], candidate: Sequence[Dete
     """Mean over reference boxes of ``1 - IoU`` with the best same-class candidate box plus the mean
     absolute change of that box's confidence; ``None`` when the reference found nothing."""
     losses: list[float] = []
-    ious_all: list[float] = []
-    dconf_all: list[float] = []
-    missed = 0
     for ref, cand in zip(reference, candidate):
         for c in np.unique(ref.class_id):
             r = ref.class_id == c
             k = cand.class_id == c
             if not k.any():
                 losses.extend([2.0] * int(r.sum()))  # missed entirely: IoU 0 and confidence gone
-                missed += int(r.sum())
                 continue
             ious = _iou(ref.xyxy[r], cand.xyxy[k])
             best = ious.argmax(axis=1)
             iou = ious[np.arange(best.size), best]
             dconf = np.abs(ref.confidence[r] - cand.confidence[k][best])
             losses.extend((1.0 - iou + dconf).tolist())
-            ious_all.extend(iou.tolist())
-            dconf_all.extend((cand.confidence[k][best] - ref.confidence[r]).tolist())
-    if os.environ.get("EDGERT_EXP_DEBIAS") and ious_all:
-        d = np.asarray(dconf_all)
-        vals = (1.0 - np.asarray(ious_all)) + np.abs(d - np.median(d))
-        return float((vals.sum() + 2.0 * missed) / (vals.size + missed))
     return float(np.mean(losses)) if losses else None
 
 

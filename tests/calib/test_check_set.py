@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.calib.calibrate import CHECK_VARIANTS, _check_frames, _mosaic, _with_variants
+from edgert.calib.calibrate import _check_frames, _mosaic
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.qdq import plan_quantization, prepare_model, shared_ranges, write_qdq
@@ -45,6 +45,8 @@ def test_check_set_is_the_calibration_images_and_one_copy_each_per_variant(tmp_p
     firsts = [img for _, img in again]
     assert all(p.resolve() in used for p in again.used)
     np.testing.assert_array_equal(frames[0], firsts[0])
+    with pytest.raises(CalibrationError, match="unknown image variant"):
+        _check_frames(folder, ds, 2, None, 0, variants=("sideways",))
 
 
 def test_mosaic_tiles_shrunk_images_keeping_their_aspect() -> None:
@@ -57,18 +59,6 @@ def test_mosaic_tiles_shrunk_images_keeping_their_aspect() -> None:
     assert (m[20:, :40] == 10).all()  # the third tile wraps around to a
     m3 = _mosaic([a, b], 1, 3)
     assert m3.shape == (80, 40, 3)  # starting at b: b's size
-
-
-def test_calibration_variants_add_one_sample_per_image_and_variant(tmp_path: Path) -> None:
-    folder = tmp_path / "imgs"
-    write_images(folder, 5)
-    ds = CalibrationImages(folder, num=5, seed=0)
-    samples = list(_with_variants(ds, ("half", "mosaic3")))
-    assert len(samples) == 15
-    assert [p for p, _ in samples[::3]] == ds.used  # each image, then its copies
-    with pytest.raises(CalibrationError, match="unknown image variant"):
-        list(_with_variants(ds, ("sideways",)))
-    assert set(CHECK_VARIANTS) >= {"mirror", "half", "mosaic", "mosaic3"}
 
 
 def _concat_model(path: Path) -> Path:
