@@ -331,8 +331,8 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
     (mirrored, objects move to the other side and asymmetric features change; smaller, a pixel of error
     is more IoU; nine to a frame, a crowd of small objects as a camera over a street or a hall sees it,
     which is where full INT8 loses most). ``held_out``: the folder's images calibration did not use
-    instead (the calibration images when there are none). Plus ``video_count`` frames of ``video``. At most ``count`` images are
-    decoded, so the set is bounded whatever the number of calibration images.
+    instead (the calibration images when there are none). Plus ``video_count`` frames of ``video``.
+    At most ``count`` images are decoded, so the set is bounded whatever the number of calibration images.
     """
     _known_variants(variants)
     if held_out:
