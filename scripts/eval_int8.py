@@ -44,10 +44,7 @@ def main() -> int:
     from edgert.calib.comparison import compare_detectors, evaluation_frames
 
     options = json.loads(args.options)
-    if "ops" in options:
-        options["ops"] = tuple(options["ops"])
-    if "exclude_nodes" in options:
-        options["exclude_nodes"] = tuple(options["exclude_nodes"])
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}  # tuple fields
     out = args.out or Path(tempfile.mkdtemp(prefix="edgert-int8-")) / f"{args.model}.int8.onnx"
     src = MODELS[args.model]
     t0 = time.perf_counter()

@@ -42,6 +42,7 @@ __all__ = [
     "plan_quantization",
     "prepare_model",
     "quantize_weight",
+    "shared_ranges",
     "write_qdq",
 ]
 
@@ -252,6 +253,51 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             continue
         targets.append(QuantTarget(node.name, op, tuple(acts), weight, axis))
     return GraphPlan(targets, activation_tensors, tail_nodes, tail_tensors, bad, skipped)
+
+
+#: Ops TensorRT moves a quantization across (their output is on their input's INT8 grid), so the
+#: tensors on both sides are best quantized with one scale: then no value is rounded twice.
+PASS_THROUGH = ("Concat", "MaxPool", "Resize", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                "Identity", "Slice", "Split")
+
+
+def shared_ranges(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
+                  ops: Collection[str] = ("Concat", "MaxPool")) -> dict[str, float]:
+    """``amax`` with every quantized tensor of one group sharing the group's largest range.
+
+    A group joins the inputs and outputs of ``ops`` (Concat: TensorRT needs one scale on all its inputs
+    to fuse it away; MaxPool: the pooled values are the input's, so a second, different scale rounds them
+    twice). Tensors outside any group keep their ranges.
+    """
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.get(t, t) != t:
+            parent[t] = parent.get(parent[t], parent[t])
+            t = parent[t]
+        return t
+
+    tail = set(plan.tail_nodes)
+    wanted = set(ops)
+    for node in model.graph.node:
+        if node.op_type not in wanted or node.name in tail:
+            continue
+        members = [t for t in (*node.input, *node.output) if t and t in amax]
+        if node.op_type != "Concat":
+            members = [t for t in (node.input[0], *node.output) if t in amax] if node.input else []
+        for t in members[1:]:
+            a, b = find(members[0]), find(t)
+            if a != b:
+                parent[b] = a
+    groups: dict[str, list[str]] = {}
+    for t in amax:
+        groups.setdefault(find(t), []).append(t)
+    out = dict(amax)
+    for members in groups.values():
+        top = max(float(amax[t]) for t in members)
+        for t in members:
+            out[t] = top
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def test_already_quantized_model_is_a_one_line_error(tmp_path: Path) -> None:
                                   "0.05", "-o", str(out)), "contradict")
 
 
-def test_default_checks_on_calibration_images_mirrored_and_small_never_the_held_out_ones(tmp_path: Path) -> None:
+def test_default_checks_on_calibration_images_mirrored_small_and_tiled_never_the_held_out_ones(tmp_path: Path) -> None:
     folder = tmp_path / "imgs"
     paths = write_images(folder, 6)
     model = tiny_detector(tmp_path / "det.onnx")
@@ -227,8 +227,8 @@ def test_default_checks_on_calibration_images_mirrored_and_small_never_the_held_
     r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "-o", str(out))
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "det.int8.report.json").read_text())
-    assert report["accuracy"]["frames"] == 12  # 4 calibration images x (as is, mirrored, half size)
-    assert "mirror" in report["accuracy"]["frames_from"]
+    assert report["accuracy"]["frames"] == 16  # 4 calibration images x (as is, mirrored, half size, 3x3 mosaic)
+    assert "mirror" in report["accuracy"]["frames_from"] and "3x3 mosaics" in report["accuracy"]["frames_from"]
     used = {Path(p) for p in report["images"]["used_files"]}
     assert len(used) == 4 and used < set(paths)
     m = report["accuracy"]["map"]["map50_95"]
