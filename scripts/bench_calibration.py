@@ -306,17 +306,16 @@ def modelopt_env(venv: Path, spec: str, torch_spec: str) -> dict[str, Any]:
     return info
 
 
-def modelopt_quantize(venv: Path, model: Path, npz: Path, out: Path, method: str | None) -> dict[str, Any]:
-    """``python -m modelopt.onnx.quantization`` (int8; ``method`` None: its default) on a copy of ``model``.
-
-    The copy sits beside ``out``: ModelOpt writes intermediate files next to its input and copies the whole
-    folder of a read-only one."""
-    src = out.parent / f"{out.stem}.fp32.onnx"
+def modelopt_quantize(venv: Path, model: Path, npz: Path, out: Path, work: Path,
+                      extra: list[str]) -> dict[str, Any]:
+    """``python -m modelopt.onnx.quantization --quantize_mode int8`` (plus ``extra``; none: its defaults) on a
+    copy of ``model`` in the folder ``work``: ModelOpt writes intermediate files beside its input, and
+    copies the whole folder of a read-only one first."""
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / model.name
     shutil.copy(model, src)
     cmd = [str(venv_python(venv)), "-m", "modelopt.onnx.quantization", "--onnx_path", str(src),
-           "--quantize_mode", "int8", "--calibration_data_path", str(npz), "--output_path", str(out)]
-    if method is not None:
-        cmd += ["--calibration_method", method]
+           "--quantize_mode", "int8", "--calibration_data_path", str(npz), "--output_path", str(out), *extra]
     info = measured(cmd)
     info["command"] = " ".join(cmd)
     info.pop("stdout", None)
@@ -371,6 +370,8 @@ def tools_table(rows: dict[str, dict[str, Any]], models: list[str], tools: list[
     def cell(e: dict[str, Any] | None) -> str:
         if not e:
             return "not run"
+        if e.get("skipped"):
+            return "not run (memory)"
         if e.get("error"):
             return "failed: " + str(e["error"]).strip().splitlines()[-1][:80] if str(e["error"]).strip() \
                 else "failed"
@@ -386,10 +387,15 @@ def tools_table(rows: dict[str, dict[str, Any]], models: list[str], tools: list[
                           for t in tools)
 
 
+#: ModelOpt's command-line arguments per row (after --quantize_mode int8 and the data)
+MODELOPT_ARGS = {"modelopt": [], "modelopt-max": ["--calibration_method", "max"],
+                 "modelopt-fp32": ["--high_precision_dtype", "fp32"]}
+
 #: the tools of the side-by-side part, in table order, and what each row is
 TOOLS = {
-    "modelopt": "ModelOpt 0.47 default (int8, entropy)",
+    "modelopt": "ModelOpt 0.47 default (int8, entropy; float layers in FP16)",
     "modelopt-max": "ModelOpt --calibration_method max",
+    "modelopt-fp32": "ModelOpt default, --high_precision_dtype fp32",
     "ort-entropy": "ORT quantize_static, entropy",
     "ort-minmax": "ORT quantize_static, min-max",
     "edgert": "edgert calibrate (default)",
@@ -420,6 +426,9 @@ def main() -> int:
     ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=list(TOOLS),
                     help="rows of the side-by-side part (default all)")
     ap.add_argument("--tools-models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--ort-entropy-models", nargs="+", default=["nanodet"], choices=list(MODELS),
+                    help="models for ORT's entropy row (on yolov8s at 640 it would hold ~250 MiB of activations "
+                         "per image, ~12 GiB for 32)")
     ap.add_argument("--modelopt-venv", type=Path, default=Path.home() / ".cache/edgert-bench/modelopt-venv",
                     help="throwaway venv for ModelOpt (created when missing, reused when it imports)")
     ap.add_argument("--modelopt-spec", default="nvidia-modelopt[onnx]==0.47.0")
@@ -550,7 +559,11 @@ def main() -> int:
                             side[f"{name}/{tool}"] = {"error": "ModelOpt not installed: " + meta["modelopt"]["error"]}
                             continue
                         entry = modelopt_quantize(args.modelopt_venv, MODELS[name], Path(d["npz"]), out,
-                                                  "max" if tool == "modelopt-max" else None)
+                                                  Path(tmp) / f"modelopt-{name}-{tool}", MODELOPT_ARGS[tool])
+                    elif tool == "ort-entropy" and name not in args.ort_entropy_models:
+                        side[f"{name}/{tool}"] = {"skipped": "not in --ort-entropy-models: its calibrator keeps "
+                                                  "every activation of every image (see --ort-models)"}
+                        continue
                     elif tool.startswith("ort-"):
                         q = ort_quantize(MODELS[name], Path(d["npz"]), tool[4:], out)
                         entry = {k: q.get(k) for k in ("rc", "wall_s", "peak_rss_mb", "quantize_s", "excluded_nodes")}
@@ -585,7 +598,7 @@ def main() -> int:
             print(table, flush=True)
         if "rtx" in args.only:
             rtx = results.setdefault("tensorrt_rtx", {})
-            for qdq in sorted(args.out.glob("*.onnx")):
+            for qdq in sorted(q for q in args.out.glob("*.onnx") if ".tool." not in q.name):  # tools: built above
                 rtx[qdq.name] = rtx_build(qdq)
                 print(f"TensorRT-RTX {qdq.name}: {rtx[qdq.name]}", flush=True)
             for name in args.models:
