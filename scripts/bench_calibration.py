@@ -248,7 +248,7 @@ import json, sys
 from pathlib import Path
 from edgert.calib.comparison import compare_detectors, evaluation_frames
 src, cand, images, video, frames, used = sys.argv[1:7]
-held = evaluation_frames(images, video, int(frames), [Path(p) for p in json.loads(Path(used).read_text())])
+held = evaluation_frames(images, video or None, int(frames), [Path(p) for p in json.loads(Path(used).read_text())])
 r = compare_detectors(src, cand, held)
 print(json.dumps({"frames": r["frames"], "map50_95": r["map"]["map50_95"], "map50": r["map"]["map50"],
                   "strict_map50_95": r["map_strict"]["map50_95"], "ground_truth": r["map"]["ground_truth"],
@@ -256,9 +256,10 @@ print(json.dumps({"frames": r["frames"], "map50_95": r["map"]["map50_95"], "map5
 """
 
 
-def evaluate(model: Path, candidate: Path, images: Path, video: Path, frames: int, used: Path) -> dict[str, Any]:
+def evaluate(model: Path, candidate: Path, images: Path, video: Path | None, frames: int,
+             used: Path) -> dict[str, Any]:
     """Held-out mAP of ``candidate`` against ``model`` (``used``: JSON list of the calibration's files)."""
-    info = measured([sys.executable, "-c", EVAL_CHILD, str(model), str(candidate), str(images), str(video),
+    info = measured([sys.executable, "-c", EVAL_CHILD, str(model), str(candidate), str(images), str(video or ""),
                      str(frames), str(used)])
     if info.get("rc") == 0:
         info.update(json.loads(info.pop("stdout").strip().splitlines()[-1]))
