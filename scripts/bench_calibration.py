@@ -13,15 +13,29 @@ RSS is its own (read with ``resource.getrusage(RUSAGE_CHILDREN)`` in a wrapper p
    ``i // 42``, a random crop of 70-100 % of each side and a brightness/contrast change drawn from a
    generator seeded with ``i``), written as JPEG to a temporary folder.
 3. ONNX Runtime: ``quantize_static`` (QDQ, symmetric INT8 activations and per-channel weights, float
-   biases, the same tail and -inf padding excluded, fed the same preprocessed tensors) with its entropy
-   and min-max calibrators, time and peak RSS. Its entropy calibrator keeps every activation of every
-   image (~98 MiB per image on NanoDet), so it runs on ``--ort-images`` (default 32; 500 would need
-   ~48 GiB on a 24 GiB machine).
+   biases, the same tail and -inf padding excluded, fed the same preprocessed tensors: the ``.npz`` of
+   5., held in memory, 2 MiB per NanoDet image, counted in its peak RSS) with its entropy and min-max
+   calibrators, time and peak RSS, evaluated on the same held-out frames as 5. Its entropy calibrator
+   keeps every activation of every image (~98 MiB per image on NanoDet), so it runs on ``--ort-images``
+   (default 32; 500 would need ~48 GiB on a 24 GiB machine).
 4. TensorRT-RTX (when ``tensorrt_rtx`` imports): parse and build each Q/DQ model as a strongly typed
    network on the CPU.
+5. tools (side by side): NVIDIA ModelOpt (``python -m modelopt.onnx.quantization``, its default, INT8
+   with entropy calibration, and ``--calibration_method max``), ONNX Runtime's ``quantize_static``
+   (entropy and min-max, as in 3.) and the default ``edgert calibrate``, on the same data: the 32 images
+   of edgert's draw (seed 0) through the vision pipeline's own ``Preprocessor``, written once as an
+   ``.npz`` keyed by the input name (ModelOpt's ``--calibration_data_path`` reads it, and so does the ORT
+   reader). Each Q/DQ model is evaluated with ``compare_detectors`` on the frames ``eval_int8.py`` uses
+   (the folder's images the draw did not use, then ``--frames`` frames of ``--video``), timed and
+   measured for peak RSS in its own process, and parsed/built with TensorRT-RTX. ModelOpt needs torch,
+   so it is installed into a throwaway venv (``--modelopt-venv``, reused when it imports), never into
+   edgert's; ``--modelopt-torch`` picks the torch build (PyPI's Linux wheel pulls CUDA libraries; a
+   CPU build is enough: the INT8 ONNX path only imports torch). Prints a methods x models table.
 
     .venv/bin/python scripts/bench_calibration.py --out /tmp/bench_calib            # everything
     .venv/bin/python scripts/bench_calibration.py --only memory --models nanodet    # one part
+    .venv/bin/python scripts/bench_calibration.py --only tools rtx --json docs/results/calibration-tools.json \
+        --modelopt-torch 'torch==2.13.0+cpu'                                        # side by side
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _bench import ROOT, assets_dir, machine_info
+from _bench import ROOT, assets_dir, machine_info, write_json
 
 ASSETS = assets_dir()
 MODELS = {
@@ -152,35 +166,64 @@ def rtx_build(path: Path) -> dict[str, Any]:
         return {"parsed": False, "errors": [proc.stderr.strip()[-500:]]}
 
 
-ORT_CHILD = r'''
+# The calibration data every tool gets: edgert's draw (CalibrationImages, seed 0) through the vision
+# pipeline's own Preprocessor, exactly what ``edgert calibrate`` feeds its collector, stacked along the
+# batch axis in one .npz keyed by the input name (ModelOpt's CalibrationDataProvider splits it back into
+# batches of the model's batch size). Also prints the files the draw used: the held-out frames leave them out.
+DATA_CHILD = r"""
+import json, sys
+import numpy as np, onnx
+from edgert.build.onnx_info import inspect_onnx
+from edgert.calib.dataset import CalibrationImages
+from edgert.config import PipelineConfig
+from edgert.types import TensorSpec
+from edgert.vision.preprocess import Preprocessor
+model, images, num, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+first = inspect_onnx(model).inputs[0]  # the one image input (what edgert calibrate checks)
+spec = TensorSpec(first.name, first.shape, np.dtype(np.float32))
+meta = {p.key: p.value for p in onnx.load(model, load_external_data=False).metadata_props}
+pre = Preprocessor(PipelineConfig().preprocess, spec, meta)  # edgert calibrate's default config
+draw = CalibrationImages(images, num=num, seed=0)
+batch = []
+for _, image in draw:
+    buf = pre.allocate(); pre(image, buf); batch.append(buf)
+data = np.concatenate(batch, axis=0)
+np.savez(out, **{spec.name: data})
+print(json.dumps({"input": spec.name, "shape": list(data.shape), "used_files": [str(p) for p in draw.used]}))
+"""
+
+
+def calibration_data(model: Path, images: Path, num: int, out: Path) -> dict[str, Any]:
+    """Write the preprocessed calibration tensors of ``model`` to ``out`` (.npz); the draw's used files."""
+    proc = subprocess.run([sys.executable, "-c", DATA_CHILD, str(model), str(images), str(num), str(out)],
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"calibration data for {model.name} failed: {proc.stderr[-2000:]}")
+    info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    info["npz"] = str(out)
+    return info
+
+
+ORT_CHILD = r"""
 import json, sys, time
 import numpy as np, onnx
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
-from edgert.build.onnx_info import inspect_onnx
-from edgert.calib.dataset import CalibrationImages
 from edgert.calib.qdq import plan_quantization, prepare_model
-from edgert.config import PreprocessConfig
-from edgert.types import TensorSpec
-from edgert.vision.preprocess import Preprocessor
-model, images, num, method, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+model, npz, method, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 fp32 = onnx.load(model)
 prepared = prepare_model(fp32)
 plan = plan_quantization(prepared)
-first = inspect_onnx(model).inputs[0]  # the one image input (what edgert calibrate checks)
-spec = TensorSpec(first.name, first.shape, np.dtype(np.float32))
-pre = Preprocessor(PreprocessConfig(), spec, {p.key: p.value for p in fp32.metadata_props})
 # the same nodes edgert leaves float: the decoding tail, the -inf padded ops, and the in-graph normalisation
 exclude = sorted(set(plan.tail_nodes) | set(plan.skipped))
 exclude += [n.name for n in prepared.graph.node if n.op_type == "Pad" and set(n.output) & plan.nonfinite_tensors]
+with np.load(npz) as f:
+    (name, data), = f.items()  # the calibration_data tensors: one input, images along the batch axis
 class Reader(CalibrationDataReader):
     def __init__(self):
-        self.it = iter(CalibrationImages(images, num=num, seed=0))
+        self.it = iter(range(len(data)))
     def get_next(self):
-        item = next(self.it, None)
-        if item is None:
-            return None
-        buf = pre.allocate(); pre(item[1], buf)
-        return {spec.name: buf}
+        i = next(self.it, None)
+        return None if i is None else {name: data[i:i + 1]}
 onnx.save(prepared, out + ".prepared.onnx")
 t = time.time()
 quantize_static(out + ".prepared.onnx", out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
@@ -189,14 +232,176 @@ quantize_static(out + ".prepared.onnx", out, Reader(), quant_format=QuantFormat.
                 calibrate_method=CalibrationMethod.Entropy if method == "entropy" else CalibrationMethod.MinMax,
                 extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
 print(json.dumps({"quantize_s": round(time.time() - t, 2), "excluded_nodes": len(exclude)}))
-'''
+"""
 
 
-def ort_quantize(model: Path, images: Path, num: int, method: str, out: Path) -> dict[str, Any]:
-    info = measured([sys.executable, "-c", ORT_CHILD, str(model), str(images), str(num), method, str(out)])
+def ort_quantize(model: Path, npz: Path, method: str, out: Path) -> dict[str, Any]:
+    info = measured([sys.executable, "-c", ORT_CHILD, str(model), str(npz), method, str(out)])
     if info.get("rc") == 0:
         info.update(json.loads(info.pop("stdout").strip().splitlines()[-1]))
     return info
+
+
+# What eval_int8.py measures, for any Q/DQ model: compare_detectors against FP32 (ONNX Runtime CPU) on the
+# folder's images the draw did not use, then ``frames`` frames of the video.
+EVAL_CHILD = r"""
+import json, sys
+from pathlib import Path
+from edgert.calib.comparison import compare_detectors, evaluation_frames
+src, cand, images, video, frames, used = sys.argv[1:7]
+held = evaluation_frames(images, video or None, int(frames), [Path(p) for p in json.loads(Path(used).read_text())])
+r = compare_detectors(src, cand, held)
+print(json.dumps({"frames": r["frames"], "map50_95": r["map"]["map50_95"], "map50": r["map"]["map50"],
+                  "strict_map50_95": r["map_strict"]["map50_95"], "ground_truth": r["map"]["ground_truth"],
+                  "reference_ms": r["reference_ms"], "candidate_ms": r["candidate_ms"]}))
+"""
+
+
+def evaluate(model: Path, candidate: Path, images: Path, video: Path | None, frames: int,
+             used: Path) -> dict[str, Any]:
+    """Held-out mAP of ``candidate`` against ``model`` (``used``: JSON list of the calibration's files)."""
+    info = measured([sys.executable, "-c", EVAL_CHILD, str(model), str(candidate), str(images), str(video or ""),
+                     str(frames), str(used)])
+    if info.get("rc") == 0:
+        info.update(json.loads(info.pop("stdout").strip().splitlines()[-1]))
+    else:
+        info["error"] = (info.get("stderr") or info.get("error") or "")[-1500:]
+    return info
+
+
+# -- ModelOpt, in a venv of its own ------------------------------------------------------------------------
+MODELOPT_CHECK = "import modelopt, modelopt.onnx.quantization, torch, onnxruntime; " \
+                 "print(modelopt.__version__, torch.__version__, onnxruntime.__version__)"
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def modelopt_env(venv: Path, spec: str, torch_spec: str) -> dict[str, Any]:
+    """The throwaway venv with ModelOpt's ONNX path: reused when it imports, else created and installed.
+
+    torch goes in first from ``torch_spec`` (``modelopt.onnx.quantization`` imports it at module level,
+    for FP8 casts; the INT8 path never calls it), so pip does not pull PyPI's CUDA build for it."""
+    py = venv_python(venv)
+    info: dict[str, Any] = {"venv": str(venv), "spec": spec, "torch_spec": torch_spec}
+    if py.exists():
+        probe = subprocess.run([str(py), "-c", MODELOPT_CHECK], capture_output=True, text=True)
+        if probe.returncode == 0:
+            info.update(reused=True, versions=probe.stdout.strip())
+            return info
+    t0 = time.perf_counter()
+    steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
+             [str(py), "-m", "pip", "install", "-q", torch_spec],
+             [str(py), "-m", "pip", "install", "-q", spec]]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            info.update(error=f"{' '.join(cmd)} failed (rc {proc.returncode})", pip_stderr=proc.stderr[-3000:])
+            return info
+    probe = subprocess.run([str(py), "-c", MODELOPT_CHECK], capture_output=True, text=True)
+    info["install_s"] = round(time.perf_counter() - t0, 1)
+    if probe.returncode != 0:
+        info["error"] = f"installed, but it does not import: {probe.stderr.strip()[-2000:]}"
+        return info
+    info.update(reused=False, versions=probe.stdout.strip())
+    return info
+
+
+def modelopt_quantize(venv: Path, model: Path, npz: Path, out: Path, work: Path,
+                      extra: list[str]) -> dict[str, Any]:
+    """``python -m modelopt.onnx.quantization --quantize_mode int8`` (plus ``extra``; none: its defaults) on a
+    copy of ``model`` in the folder ``work``: ModelOpt writes intermediate files beside its input, and
+    copies the whole folder of a read-only one first."""
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / model.name
+    shutil.copy(model, src)
+    cmd = [str(venv_python(venv)), "-m", "modelopt.onnx.quantization", "--onnx_path", str(src),
+           "--quantize_mode", "int8", "--calibration_data_path", str(npz), "--output_path", str(out), *extra]
+    info = measured(cmd)
+    info["command"] = " ".join(cmd)
+    info.pop("stdout", None)
+    if info.get("rc") != 0 or not out.exists():
+        info["error"] = (info.get("stderr") or info.get("error") or "")[-2000:]
+    info.pop("stderr", None)
+    return info
+
+
+def carry_metadata(src: Path, out: Path) -> list[str]:
+    """Copy the FP32 model's metadata_props that ``out`` lacks (class names, preprocessing keys the Detector
+    reads); returns their keys. edgert's and ORT's outputs keep them; a tool that drops them would
+    otherwise be evaluated with other class names or preprocessing."""
+    import onnx
+
+    ref = {p.key: p.value for p in onnx.load(str(src), load_external_data=False).metadata_props}
+    model = onnx.load(str(out))
+    have = {p.key for p in model.metadata_props}
+    missing = [k for k in ref if k not in have]
+    if missing:
+        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                            **{k: ref[k] for k in missing}})
+        onnx.save(model, str(out))
+    return missing
+
+
+def qdq_summary(path: Path) -> dict[str, Any]:
+    """How a Q/DQ model is made: Q/DQ node counts, the ops that run on Q/DQ'd inputs, the float type."""
+    import onnx
+
+    model = onnx.load(str(path))
+    nodes = model.graph.node
+    dq_out = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+    fed = sorted({n.op_type for n in nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+                  and set(n.input) & dq_out})
+    types = sorted({onnx.TensorProto.DataType.Name(i.data_type) for i in model.graph.initializer})
+    return {"quantize_linear": sum(n.op_type == "QuantizeLinear" for n in nodes),
+            "dequantize_linear": sum(n.op_type == "DequantizeLinear" for n in nodes),
+            "ops_on_dq": fed, "initializer_types": types, "mb": round(path.stat().st_size / 2**20, 2)}
+
+
+def edgert_commit() -> str:
+    """The commit of the edgert that ran (``+dirty`` when its files differ from it)."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+dirty" if git("status", "--porcelain", "--", "edgert") else "")
+
+
+def tools_table(rows: dict[str, dict[str, Any]], models: list[str], tools: list[str]) -> str:
+    """The methods x models table (markdown): held-out mAP@0.5:0.95 (strict), time, peak RSS, RTX build."""
+    def cell(e: dict[str, Any] | None) -> str:
+        if not e:
+            return "not run"
+        if e.get("skipped"):
+            return "not run (memory)"
+        if e.get("error"):
+            return "failed: " + str(e["error"]).strip().splitlines()[-1][:80] if str(e["error"]).strip() \
+                else "failed"
+        ev = e.get("eval") or {}
+        rtx = e.get("tensorrt_rtx") or {}
+        built = "" if not rtx else (", RTX built" if rtx.get("built") else ", RTX not built")
+        m, st = ev.get("map50_95"), ev.get("strict_map50_95")
+        acc = f"{m:.3f} ({st:.3f})" if isinstance(m, float) and isinstance(st, float) else "no eval"
+        return f"{acc}, {e.get('wall_s')} s, {e.get('peak_rss_mb'):.0f} MiB{built}" \
+            if isinstance(e.get("peak_rss_mb"), (int, float)) else acc
+    head = "| tool | " + " | ".join(models) + " |\n|---|" + "---|" * len(models) + "\n"
+    return head + "".join(f"| {TOOLS[t]} | " + " | ".join(cell(rows.get(f"{m}/{t}")) for m in models) + " |\n"
+                          for t in tools)
+
+
+#: ModelOpt's command-line arguments per row (after --quantize_mode int8 and the data)
+MODELOPT_ARGS = {"modelopt": [], "modelopt-max": ["--calibration_method", "max"],
+                 "modelopt-fp32": ["--high_precision_dtype", "fp32"]}
+
+#: the tools of the side-by-side part, in table order, and what each row is
+TOOLS = {
+    "modelopt": "ModelOpt 0.47 default (int8, entropy; float layers in FP16)",
+    "modelopt-max": "ModelOpt --calibration_method max",
+    "modelopt-fp32": "ModelOpt default, --high_precision_dtype fp32",
+    "ort-entropy": "ORT quantize_static, entropy",
+    "ort-minmax": "ORT quantize_static, min-max",
+    "edgert": "edgert calibrate (default)",
+}
 
 
 # -- main ---------------------------------------------------------------------------------------------------
@@ -218,8 +423,21 @@ def main() -> int:
     ap.add_argument("--methods", nargs="+", default=["entropy", "percentile", "minmax"])
     ap.add_argument("--max-drop", type=float, default=None, help="also run mixed precision with this --max-drop")
     ap.add_argument("--mixed-method", default="percentile")
-    ap.add_argument("--only", nargs="+", default=["accuracy", "memory", "ort", "rtx"],
-                    choices=["accuracy", "memory", "ort", "rtx"])
+    ap.add_argument("--only", nargs="+", default=["accuracy", "memory", "ort", "tools", "rtx"],
+                    choices=["accuracy", "memory", "ort", "tools", "rtx"])
+    ap.add_argument("--tools", nargs="+", default=list(TOOLS), choices=list(TOOLS),
+                    help="rows of the side-by-side part (default all)")
+    ap.add_argument("--tools-models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--ort-entropy-models", nargs="+", default=["nanodet"], choices=list(MODELS),
+                    help="models for ORT's entropy row (on yolov8s at 640 it would hold ~250 MiB of activations "
+                         "per image, ~12 GiB for 32)")
+    ap.add_argument("--modelopt-venv", type=Path, default=Path.home() / ".cache/edgert-bench/modelopt-venv",
+                    help="throwaway venv for ModelOpt (created when missing, reused when it imports)")
+    ap.add_argument("--modelopt-spec", default="nvidia-modelopt[onnx]==0.47.0")
+    ap.add_argument("--modelopt-torch", default="torch",
+                    help="torch for that venv, installed first (e.g. 'torch==2.13.0+cpu' where pip finds a CPU "
+                         "build; PyPI's Linux wheel brings CUDA libraries)")
+    ap.add_argument("--json", type=Path, help="also write the results here (e.g. docs/results/...)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine_info(),
@@ -228,6 +446,8 @@ def main() -> int:
 
     def save() -> None:
         path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        if args.json is not None:
+            write_json(args.json, results)
 
     with tempfile.TemporaryDirectory(prefix="edgert-bench-") as tmp:
         available = sum(1 for p in args.images.iterdir() if p.is_file())
@@ -281,21 +501,36 @@ def main() -> int:
                     print(f"{name:8} entropy on {count:4} images: {cal.get('wall_s')} s, peak RSS "
                           f"{cal.get('peak_rss_mb')} MiB", flush=True)
                     save()
+        data: dict[tuple[str, int], dict[str, Any]] = {}
+
+        def data_for(name: str, count: int) -> dict[str, Any]:
+            """The preprocessed tensors of the seed-0 draw of ``count`` images, and the JSON list of its files."""
+            if (name, count) not in data:
+                d = calibration_data(MODELS[name], folder_for(count), count, Path(tmp) / f"{name}.{count}.npz")
+                used = Path(tmp) / f"{name}.{count}.used.json"
+                used.write_text(json.dumps(d["used_files"]))
+                d["used_json"] = used
+                data[(name, count)] = d
+            return data[(name, count)]
+
+        def held_out(name: str, count: int) -> Path:
+            """Files to leave out of the evaluation: those of the draw at ``--num`` from the asset folder (an
+            augmented folder's images are not the asset files, so its draws exclude the same ones)."""
+            return Path(data_for(name, count if folder_for(count) == args.images else args.num)["used_json"])
+
         if "ort" in args.only:
             ort = results.setdefault("onnxruntime_quantize_static", {})
             for name in args.ort_models:
                 for count in args.ort_images:
                     for method in ("entropy", "minmax"):
                         out = Path(tmp) / f"{name}.ort.{method}.{count}.onnx"
-                        q = ort_quantize(MODELS[name], folder_for(count), count, method, out)
+                        q = ort_quantize(MODELS[name], Path(data_for(name, count)["npz"]), method, out)
                         entry: dict[str, Any] = {k: q.get(k) for k in ("rc", "wall_s", "peak_rss_mb", "quantize_s")}
                         if q.get("rc") != 0:
                             entry["error"] = (q.get("stderr") or q.get("error") or "")[-600:]
                         if q.get("rc") == 0:
-                            # the same draw (folder, num, seed 0) as edgert's: its report names the images used
-                            used = args.out / f"{name}.entropy.report.json"
-                            cmp = compare(MODELS[name], out, args.images, args.video, args.frames,
-                                          used if count == args.num and used.exists() else None)
+                            cmp = evaluate(MODELS[name], out, args.images, args.video, args.frames,
+                                           held_out(name, count))
                             entry["calibration_folder"] = str(folder_for(count))
                             entry["compare"] = {k: cmp.get(k) for k in ("map50_95", "map50", "strict_map50_95",
                                                                        "frames")}
@@ -306,9 +541,66 @@ def main() -> int:
                               f"{q.get('peak_rss_mb')} MiB, mAP@0.5:0.95 {(entry.get('compare') or {}).get('map50_95')}"
                               f" on {(entry.get('compare') or {}).get('frames')} frames", flush=True)
                         save()
+        if "tools" in args.only:
+            side = results.setdefault("tools", {})
+            meta = results.setdefault("tools_setup", {"edgert_commit": edgert_commit(), "num": args.num,
+                                                      "seed": 0, "frames": args.frames,
+                                                      "images": str(args.images), "video": str(args.video)})
+            if any(t.startswith("modelopt") for t in args.tools):
+                meta["modelopt"] = modelopt_env(args.modelopt_venv, args.modelopt_spec, args.modelopt_torch)
+                print(f"ModelOpt venv: {meta['modelopt']}", flush=True)
+                save()
+            for name in args.tools_models:
+                d = data_for(name, args.num)
+                meta[f"{name}/data"] = {k: d[k] for k in ("input", "shape", "npz")}
+                for tool in args.tools:
+                    out = args.out / f"{name}.tool.{tool}.onnx"
+                    entry = {}
+                    if tool.startswith("modelopt"):
+                        if meta["modelopt"].get("error"):
+                            side[f"{name}/{tool}"] = {"error": "ModelOpt not installed: " + meta["modelopt"]["error"]}
+                            continue
+                        entry = modelopt_quantize(args.modelopt_venv, MODELS[name], Path(d["npz"]), out,
+                                                  Path(tmp) / f"modelopt-{name}-{tool}", MODELOPT_ARGS[tool])
+                    elif tool == "ort-entropy" and name not in args.ort_entropy_models:
+                        side[f"{name}/{tool}"] = {"skipped": "not in --ort-entropy-models: its calibrator keeps "
+                                                  "every activation of every image (see --ort-models)"}
+                        continue
+                    elif tool.startswith("ort-"):
+                        q = ort_quantize(MODELS[name], Path(d["npz"]), tool[4:], out)
+                        entry = {k: q.get(k) for k in ("rc", "wall_s", "peak_rss_mb", "quantize_s", "excluded_nodes")}
+                        if q.get("rc") != 0:
+                            entry["error"] = (q.get("stderr") or q.get("error") or "")[-1500:]
+                    else:  # the default edgert calibrate: no --method, the mixed-precision check on
+                        cal = measured([*EDGERT, "calibrate", str(MODELS[name]), "--images", str(args.images),
+                                        "--num", str(args.num), "-o", str(out), "--force", "--json"])
+                        entry = {k: cal.get(k) for k in ("rc", "wall_s", "peak_rss_mb")}
+                        if cal.get("rc") == 0:
+                            rep = json.loads(cal["stdout"])
+                            entry.update(method=rep.get("method"), summary=rep.get("summary"))
+                            if sorted(rep["images"]["used_files"]) != sorted(d["used_files"]):
+                                entry["warning"] = "edgert's draw differs from the data the other tools got"
+                        else:
+                            entry["error"] = (cal.get("stderr") or cal.get("error") or "")[-1500:]
+                    if not entry.get("error") and out.exists():
+                        entry["metadata_added"] = carry_metadata(MODELS[name], out)
+                        entry["qdq"] = qdq_summary(out)
+                        entry["eval"] = evaluate(MODELS[name], out, args.images, args.video, args.frames,
+                                                 Path(d["used_json"]))
+                        if "rtx" in args.only:
+                            entry["tensorrt_rtx"] = rtx_build(out)
+                    side[f"{name}/{tool}"] = entry
+                    ev = entry.get("eval") or {}
+                    print(f"{name:8} {tool:13} mAP@0.5:0.95 {ev.get('map50_95')} (strict {ev.get('strict_map50_95')}) "
+                          f"on {ev.get('frames')} frames; {entry.get('wall_s')} s, {entry.get('peak_rss_mb')} MiB"
+                          f"{'; ' + str(entry['error'])[-300:] if entry.get('error') else ''}", flush=True)
+                    save()
+            table = tools_table(side, args.tools_models, args.tools)
+            results["tools_table"] = table
+            print(table, flush=True)
         if "rtx" in args.only:
             rtx = results.setdefault("tensorrt_rtx", {})
-            for qdq in sorted(args.out.glob("*.onnx")):
+            for qdq in sorted(q for q in args.out.glob("*.onnx") if ".tool." not in q.name):  # tools: built above
                 rtx[qdq.name] = rtx_build(qdq)
                 print(f"TensorRT-RTX {qdq.name}: {rtx[qdq.name]}", flush=True)
             for name in args.models:
