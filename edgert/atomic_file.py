@@ -85,7 +85,7 @@ def _sync_dir(folder: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
+    except OSError:  # a file system that cannot sync a directory: the rename itself has been done
         pass
     finally:
         os.close(fd)

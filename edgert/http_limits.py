@@ -51,7 +51,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             try:
                 request.settimeout(0.2)  # from the accepting thread: never wait on this client
                 request.sendall(_BUSY)
-            except OSError:
+            except OSError:  # the client went away or is too slow: it is refused either way
                 pass
             self.shutdown_request(request)
             return

@@ -31,7 +31,7 @@ def _lock_holder(fd: int) -> int | None:
                 # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF" ("->" marks a waiter: not the holder)
                 if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
                     return int(parts[4])
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # no /proc/locks (not Linux) or a line it cannot read: holder unknown
         pass
     return None
 

@@ -90,7 +90,7 @@ class CountingSource(FrameSource):
         return frame
 
     def close(self) -> None:
-        pass
+        pass  # holds nothing to release
 
 
 def counting_source(uri: str, config: SourceConfig) -> FrameSource:

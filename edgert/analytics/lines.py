@@ -8,6 +8,7 @@ second, a move from the right-hand side to the left-hand side is ``in``, the opp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,11 +17,24 @@ from edgert.analytics.geometry import path_crosses_segment, side_of_line
 from edgert.config import LineConfig
 from edgert.vision.detections import Detections
 
-__all__ = ["LineCounter", "class_matches"]
+__all__ = ["LineCounter", "class_matches", "counted_tracks"]
 
 
 def class_matches(classes: tuple[str, ...] | None, class_id: int, class_name: str) -> bool:
     return classes is None or class_name in classes or str(class_id) in classes
+
+
+def counted_tracks(detections: Detections, classes: tuple[str, ...] | None) -> Iterator[tuple[int, int, int, str]]:
+    """``(row, track id, class id, class name)`` of the tracked rows whose class a line or zone counts (untracked rows,
+    track id -1, are never counted). Both counters walk a frame's detections through this."""
+    if detections.track_id is None:
+        return
+    for i, (tid, cid) in enumerate(zip(detections.track_id.tolist(), detections.class_id.tolist())):
+        if tid < 0:
+            continue
+        name = detections.class_name(cid)
+        if class_matches(classes, cid, name):
+            yield i, tid, cid, name
 
 
 class LineCounter:
@@ -42,12 +56,7 @@ class LineCounter:
         if detections.track_id is None:
             return events
         sides = side_of_line(anchors, self.a, self.b)
-        for i, (tid, cid) in enumerate(zip(detections.track_id.tolist(), detections.class_id.tolist())):
-            if tid < 0:
-                continue
-            name = detections.class_name(cid)
-            if not class_matches(self.config.classes, cid, name):
-                continue
+        for i, tid, cid, name in counted_tracks(detections, self.config.classes):
             side = int(sides[i])
             point = anchors[i]
             previous = self._tracks.get(tid)

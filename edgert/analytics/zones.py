@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgert.analytics.geometry import points_in_polygon
-from edgert.analytics.lines import class_matches
+from edgert.analytics.lines import counted_tracks
 from edgert.config import ZoneConfig
 from edgert.vision.detections import Detections
 
@@ -50,12 +50,7 @@ class ZoneMonitor:
         if detections.track_id is None:
             return events
         inside = points_in_polygon(anchors, self.polygon)
-        for i, (tid, cid) in enumerate(zip(detections.track_id.tolist(), detections.class_id.tolist())):
-            if tid < 0:
-                continue
-            name = detections.class_name(cid)
-            if not class_matches(self.config.classes, cid, name):
-                continue
+        for i, tid, cid, name in counted_tracks(detections, self.config.classes):
             visit = self._inside.get(tid)
             if inside[i]:
                 if visit is None:

@@ -253,7 +253,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         log.info("no TensorRT calibration cache: %s", cache_why)
         try:
             paths["cache"].unlink()  # one from an earlier run would be stale
-        except FileNotFoundError:
+        except FileNotFoundError:  # none there: nothing stale to remove
             pass
         except OSError as exc:
             raise CalibrationError(f"{paths['cache']}: cannot remove the stale calibration cache: {exc}") from exc

@@ -24,7 +24,7 @@ import copy
 import logging
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +43,7 @@ __all__ = [
     "prepare_model",
     "quantize_weight",
     "shared_ranges",
+    "weighted_inputs",
     "write_qdq",
 ]
 
@@ -212,27 +213,12 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
         acts: list[str] = []
         weight: str | None = None
         axis = 0
-        if op in ("Conv", "ConvTranspose"):
-            if len(node.input) < 2 or not weight_ok(node.input[1]):
+        if op in WEIGHTED:
+            found = weighted_inputs(node, inits, weight_ok)
+            if found is None:
                 skipped[node.name] = "weights are not a constant float tensor"
                 continue
-            weight = node.input[1]
-            group = next((int(a.i) for a in node.attribute if a.name == "group"), 1)
-            axis = 0 if op == "Conv" else (1 if group == 1 else -1)  # -1: per tensor
-            acts = [node.input[0]]
-        elif op == "Gemm":
-            trans_b = next((int(a.i) for a in node.attribute if a.name == "transB"), 0)
-            acts = [node.input[0]]
-            if weight_ok(node.input[1]):
-                weight, axis = node.input[1], (0 if trans_b else 1)
-            else:
-                acts.append(node.input[1])
-        elif op == "MatMul":
-            for i, t in enumerate(node.input[:2]):
-                if weight_ok(t) and weight is None and i == 1 and len(inits[t].dims) == 2:
-                    weight, axis = t, 1
-                else:
-                    acts.append(t)
+            weight, axis, acts = found
         elif op in _POOLS:
             acts = [node.input[0]]
         elif op == "Add":
@@ -253,6 +239,35 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             continue
         targets.append(QuantTarget(node.name, op, tuple(acts), weight, axis))
     return GraphPlan(targets, activation_tensors, tail_nodes, tail_tensors, bad, skipped)
+
+
+def weighted_inputs(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto],
+                    weight_ok: Callable[[str], bool]) -> tuple[str | None, int, list[str]] | None:
+    """``(weight, per-channel axis, activation inputs)`` of a node of ``rewrite.graph.WEIGHTED``.
+
+    The weight is a constant float tensor (``weight_ok``): Conv's input 1 (axis 0; ConvTranspose: axis 1,
+    or -1, per tensor, when grouped), Gemm's input 1 (axis 0 with transB, else 1), MatMul's 2-D input 1
+    (axis 1: one scale per output column). A Gemm/MatMul of two activations (attention) has no weight and
+    both inputs as activations; a Conv whose weights are not constant gives None. One reading of these
+    layouts for every planner (detectors in :func:`plan_quantization`, Whisper in ``calib.whisper``).
+    """
+    op = node.op_type
+    if op in ("Conv", "ConvTranspose"):
+        if len(node.input) < 2 or not weight_ok(node.input[1]):
+            return None
+        group = next((int(a.i) for a in node.attribute if a.name == "group"), 1)
+        return node.input[1], (0 if op == "Conv" else (1 if group == 1 else -1)), [node.input[0]]
+    if op == "Gemm":
+        trans_b = next((int(a.i) for a in node.attribute if a.name == "transB"), 0)
+        if weight_ok(node.input[1]):
+            return node.input[1], (0 if trans_b else 1), [node.input[0]]
+        return None, 0, [node.input[0], node.input[1]]
+    if op == "MatMul":
+        second = node.input[1]
+        if weight_ok(second) and len(inits[second].dims) == 2:
+            return second, 1, [node.input[0]]
+        return None, 0, list(node.input[:2])
+    raise ValueError(f"{op} has no weight input")
 
 
 #: Ops TensorRT moves a quantization across (their output is on their input's INT8 grid), so the

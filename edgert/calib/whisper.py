@@ -46,7 +46,7 @@ from onnx import TensorProto
 from edgert._lazy import lazy_import
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.histograms import Method, TensorRange
-from edgert.calib.qdq import GraphPlan, QuantTarget, prepare_model, write_qdq
+from edgert.calib.qdq import GraphPlan, QuantTarget, prepare_model, weighted_inputs, write_qdq
 from edgert.calib.report import peak_rss_mb, tensor_rows, write_report
 from edgert.errors import CalibrationError
 from edgert.rewrite.graph import activation_graph, reads_softmax
@@ -91,9 +91,9 @@ def plan_whisper(model: onnx.ModelProto, attention: bool = True, exclude_nodes: 
     def is_act(t: str) -> bool:
         return t in act.dynamic and t in floats and t not in inits
 
-    def weight(t: str, ndim: int | None = None) -> bool:
+    def weight(t: str) -> bool:
         init = inits.get(t)
-        return init is not None and init.data_type == TensorProto.FLOAT and (ndim is None or len(init.dims) == ndim)
+        return init is not None and init.data_type == TensorProto.FLOAT
 
     graph_inputs = [i.name for i in g.input if i.name not in inits]
     activation_tensors = [t for t in graph_inputs if t in floats]
@@ -109,17 +109,15 @@ def plan_whisper(model: onnx.ModelProto, attention: bool = True, exclude_nodes: 
         if node.name in excluded:
             skipped[node.name] = "left in float (user choice)"
             continue
-        acts: list[str] = []
-        w: str | None = None
-        axis = 0
-        if op == "Conv" and len(node.input) > 1 and weight(node.input[1]):
-            w, acts = node.input[1], [node.input[0]]
-        elif op == "Gemm" and weight(node.input[1], 2):
-            trans_b = next((int(a.i) for a in node.attribute if a.name == "transB"), 0)
-            w, axis, acts = node.input[1], (0 if trans_b else 1), [node.input[0]]
-        elif op == "MatMul" and weight(node.input[1], 2):
-            w, axis, acts = node.input[1], 1, [node.input[0]]  # [K, N]: one scale per output column
-        elif op in ("MatMul", "Gemm") and all(is_act(t) for t in node.input[:2]):
+        found = weighted_inputs(node, inits, weight)
+        if found is None:
+            skipped[node.name] = "weights are not a constant float tensor"
+            continue
+        w, axis, acts = found
+        if w is None:  # no constant weight: an attention MatMul of two activations, or nothing to quantize
+            if not all(is_act(t) for t in acts):
+                skipped[node.name] = "weights are not a constant float tensor"
+                continue
             if reads_softmax(node, act.producer):
                 # softmax x V: one per-tensor INT8 scale over attention probabilities rounds the small ones
                 # to zero; measured on tiny.en, it alone takes the encoder output's error from 1% to 24%
@@ -128,10 +126,6 @@ def plan_whisper(model: onnx.ModelProto, attention: bool = True, exclude_nodes: 
             if not attention:
                 skipped[node.name] = "attention MatMul (attention=False)"
                 continue
-            acts = list(node.input[:2])
-        else:
-            skipped[node.name] = "weights are not a constant float tensor"
-            continue
         if not all(is_act(t) for t in acts):
             skipped[node.name] = "an input is not a float activation"
             continue

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import BackendError, ConfigError, InputError, ModelError
+from edgert.errors import BackendError, ConfigError, ModelError
 from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
 from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
@@ -45,7 +45,7 @@ from edgert.vision.detections import Detections
 from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections_batch
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
-from edgert.vision.preprocess import LetterboxTransform, Preprocessor
+from edgert.vision.preprocess import LetterboxTransform, Preprocessor, check_frame
 
 __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memory_mode"]
 
@@ -165,13 +165,7 @@ class GpuSlot(ProcessorSlot):
         plan: list[tuple[np.ndarray, int, int, int, int | None]] = []  # frame, h, w, staging offset, mapped ptr
         end = 0
         for frame in frames:
-            if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 \
-                    or frame.dtype != np.uint8:
-                got = f"{frame.dtype}{list(frame.shape)}" if isinstance(frame, np.ndarray) else type(frame).__name__
-                raise InputError(f"frame | Received {got}. Note: expected an HxWx3 uint8 BGR image")
-            h, w = int(frame.shape[0]), int(frame.shape[1])
-            if h == 0 or w == 0:
-                raise InputError(f"frame | Received an empty image {frame.shape}")
+            h, w = check_frame(frame)
             own = known.get(frame.__array_interface__["data"][0]) if frame.flags.c_contiguous else None
             if own is not None and own[0] < frame.nbytes:
                 own = None  # a larger frame than the buffer at that address was made for: not ours

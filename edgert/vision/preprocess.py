@@ -25,11 +25,25 @@ from edgert.config import PreprocessConfig
 from edgert.errors import ConfigError, InputError, ModelError
 from edgert.types import TensorSpec
 
-__all__ = ["LetterboxTransform", "Preprocessor", "letterbox_geometry", "letterbox_placement", "model_image_size"]
+__all__ = ["LetterboxTransform", "Preprocessor", "check_frame", "letterbox_geometry", "letterbox_placement",
+           "model_image_size"]
 
 log = logging.getLogger(__name__)
 
 _FRAME_NOTE = "Note: expected an HxWx3 uint8 BGR image"
+
+
+def check_frame(frame_bgr: Any) -> tuple[int, int]:
+    """``(height, width)`` of an HxWx3 uint8 BGR frame, or a one-line InputError saying what it is instead
+    (both processors' first step)."""
+    if not isinstance(frame_bgr, np.ndarray) or frame_bgr.ndim != 3 or frame_bgr.shape[2] != 3:
+        got = frame_bgr.shape if isinstance(frame_bgr, np.ndarray) else type(frame_bgr).__name__
+        raise InputError(f"frame | Received {got}. {_FRAME_NOTE}")
+    if frame_bgr.dtype != np.uint8:
+        raise InputError(f"frame | Received dtype {frame_bgr.dtype}. {_FRAME_NOTE}")
+    if frame_bgr.shape[0] == 0 or frame_bgr.shape[1] == 0:
+        raise InputError(f"frame | Received an empty image {frame_bgr.shape}. {_FRAME_NOTE}")
+    return int(frame_bgr.shape[0]), int(frame_bgr.shape[1])
 
 
 @dataclass(frozen=True)
@@ -282,13 +296,7 @@ class Preprocessor:
     # -- the hot path ---------------------------------------------------------------------------------
     def __call__(self, frame_bgr: np.ndarray, out: np.ndarray) -> LetterboxTransform:
         """Write the model input for one HxWx3 uint8 BGR frame into ``out``; return the transform."""
-        if not isinstance(frame_bgr, np.ndarray) or frame_bgr.ndim != 3 or frame_bgr.shape[2] != 3:
-            got = frame_bgr.shape if isinstance(frame_bgr, np.ndarray) else type(frame_bgr).__name__
-            raise InputError(f"frame | Received {got}. {_FRAME_NOTE}")
-        if frame_bgr.dtype != np.uint8:
-            raise InputError(f"frame | Received dtype {frame_bgr.dtype}. {_FRAME_NOTE}")
-        if frame_bgr.shape[0] == 0 or frame_bgr.shape[1] == 0:
-            raise InputError(f"frame | Received an empty image {frame_bgr.shape}. {_FRAME_NOTE}")
+        check_frame(frame_bgr)
         sample = out[0] if out.shape == self.input_shape and self.input_shape[0] == 1 else out
         if sample.shape != self.sample_shape or out.dtype != self.input_dtype:
             raise InputError(

@@ -104,7 +104,7 @@ def _wait_live(base: str) -> list[dict[str, Any]]:
             rows = _sources(base)
             if len(rows) == 2 and all(r["fps"] > 0 and r["width"] for r in rows):
                 return rows
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError):  # the server is not up yet: ask again
             pass
         assert time.monotonic() < deadline, "the preview did not show both sources within 30 s"
         time.sleep(0.1)

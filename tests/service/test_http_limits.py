@@ -109,7 +109,7 @@ class _Hello(BaseHTTPRequestHandler):
         self.wfile.write(b"hi\n")
 
     def log_message(self, format: str, *args: object) -> None:
-        pass
+        pass  # keep the test output free of access-log lines
 
 
 def test_idle_client_is_dropped_after_the_timeout() -> None:

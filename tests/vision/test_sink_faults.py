@@ -232,7 +232,7 @@ class _FailsAt(Sink):
         self.closes = 0
 
     def open(self, info: StreamInfo) -> None:
-        pass
+        pass  # this sink fails on writes, not at open
 
     def write(self, result: FrameResult) -> None:
         if result.index == self.at:

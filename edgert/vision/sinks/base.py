@@ -169,7 +169,7 @@ def check_writable(path: Path, what: str = "the video") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = path.exists()
         with open(path, "ab"):
-            pass
+            pass  # opening for append creates it (or proves it writable) without touching its bytes
         if not existed:
             path.unlink()
     except OSError as exc:
