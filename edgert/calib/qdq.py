@@ -33,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgert.calib.histograms import QUANT_LEVELS, safe_amax
 from edgert.errors import CalibrationError
-from edgert.rewrite.graph import WEIGHTED, activation_graph
+from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
 __all__ = [
     "DEFAULT_OPS",
@@ -112,13 +112,7 @@ def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
                 f"cannot raise the model's opset from {_opset(model)} to {MIN_OPSET} for per-channel INT8: {exc}. "
                 "Note: re-export the model with opset >= 13"
             ) from exc
-    seen: set[str] = set()
-    for i, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        while name in seen:
-            name = f"{name}_{i}"
-        node.name = name
-        seen.add(name)
+    name_nodes(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception as exc:  # onnx raises InferenceError or plain errors; either way types are optional

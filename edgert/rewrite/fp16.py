@@ -35,7 +35,7 @@ from onnx import TensorProto, numpy_helper
 
 from edgert._lazy import lazy_import
 from edgert.errors import ModelError
-from edgert.rewrite.graph import WEIGHTED, activation_graph
+from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
 __all__ = [
     "FP32_OPS",
@@ -94,13 +94,7 @@ def decoding_tail(model: onnx.ModelProto) -> list[str]:
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy with every node named uniquely (block lists and reports go by node name)."""
     model = copy.deepcopy(model)
-    seen: set[str] = set()
-    for i, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        while name in seen:
-            name = f"{name}_{i}"
-        node.name = name
-        seen.add(name)
+    name_nodes(model)
     return model
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-__all__ = ["SHAPE_OPS", "WEIGHTED", "ActivationGraph", "activation_graph", "reads_softmax"]
+__all__ = ["SHAPE_OPS", "WEIGHTED", "ActivationGraph", "activation_graph", "name_nodes", "reads_softmax"]
 
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 SHAPE_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity")
@@ -70,3 +70,15 @@ def activation_graph(model: onnx.ModelProto) -> ActivationGraph:
         ):
             out.anchored.add(node.name)
     return out
+
+
+def name_nodes(model: onnx.ModelProto) -> None:
+    """Name every node of ``model`` uniquely, in place (unnamed ones ``Op_i``): block lists, Q/DQ plans and
+    reports go by node name."""
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        node.name = name
+        seen.add(name)
