@@ -275,3 +275,19 @@ def copy_dtoh_async(host: np.ndarray, ptr: int, stream: Stream) -> None:
 def copy_htod_async(ptr: int, host: np.ndarray, stream: Stream) -> None:
     """Copy the (page-locked) array ``host`` to device address ``ptr``."""
     _driver().memcpy_htod_async(ptr, host, stream.raw)
+
+
+def register_host_memory(array: np.ndarray, mapped: bool = False) -> tuple[np.ndarray, int]:
+    """Page-lock existing host memory (a shared-memory frame ring) for async copies; call inside ``active()``.
+
+    Returns the registered array (keep it alive as long as the GPU reads the memory; dropping it, with the
+    context current, unregisters) and, when ``mapped``, the device address of its first byte (else 0).
+    """
+    drv = _driver()
+    try:
+        flags = drv.mem_host_register_flags.DEVICEMAP if mapped else 0
+        pinned: np.ndarray = drv.register_host_memory(array, flags=flags)
+        ptr = int(pinned.base.get_device_pointer()) if mapped else 0  # type: ignore[union-attr]
+    except Exception as exc:
+        raise BackendError(f"cannot page-lock {array.nbytes} bytes of shared frame memory: {exc}") from exc
+    return pinned, ptr

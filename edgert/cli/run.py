@@ -77,6 +77,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long a batch waits for slower sources (runtime.batch_timeout_ms, default 10)")
     g.add_argument("--preload", action="store_true",
                    help="decode the whole file source into memory before the clock starts (benchmarks)")
+    g.add_argument("--capture", choices=["auto", "thread", "process"],
+                   help="how sources are decoded (source.capture): thread (in this process), process (a worker "
+                        "process per source into a shared frame ring), auto (default: process from 4 sources on "
+                        "4+ cores)")
     from edgert.cli.speech_flags import add_asr_arguments
 
     add_asr_arguments(p)
@@ -138,8 +142,9 @@ def build_config(args: argparse.Namespace) -> Any:
         source = dataclasses.replace(config.source, uri="")
     elif uris:
         source = _replace(source, {}, uri=uris[0])
-    source = _replace(source, {}, loop=loop, preload=preload) if source.uri else source
-    sources = tuple(_replace(s, {}, loop=loop, preload=preload) for s in sources)
+    capture = getattr(args, "capture", None)
+    source = _replace(source, {}, loop=loop, preload=preload, capture=capture) if source.uri else source
+    sources = tuple(_replace(s, {}, loop=loop, preload=preload, capture=capture) for s in sources)
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):
         if processing not in (None, "gpu"):

@@ -359,6 +359,21 @@ class GpuProcessor(Processor):
             self._frame_arrays.append(buf)
         return buf
 
+    def register_frames(self, array: np.ndarray, slot_bytes: int, slots: int) -> None:
+        """Pin a capture worker's frame ring (page-aligned uint8, ``slots`` frames ``slot_bytes`` apart) for the
+        slots: each frame there is then uploaded with one DMA (mapped, zero-copy: read in place), as a
+        :meth:`frame_buffer`'s. The registration ends with the processor (:meth:`close`)."""
+        from edgert.backends.cuda import register_host_memory
+
+        zero_copy = self.memory_mode == "zero-copy"
+        with self.device.active():
+            pinned, ptr = register_host_memory(array, mapped=zero_copy)
+        base = int(array.__array_interface__["data"][0])
+        with self._buffers_lock:
+            for k in range(slots):
+                self.frame_buffers[base + k * slot_bytes] = (slot_bytes, ptr + k * slot_bytes if zero_copy else 0)
+            self._frame_arrays.append(pinned)
+
     def _fill_other_inputs(self, session: Any) -> None:
         """The configured constants for inputs other than the image (as the CPU processor fills them), put on
         the device once: ``compute_only`` never copies inputs, so a host value alone would leave zeros there."""

@@ -294,14 +294,17 @@ class Pipeline:
         for i, cfg in enumerate(configs):
             if not cfg.uri:
                 raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
-            feeds.append(_Feed(i, cfg.name if cfg.name is not None else str(i), self._open_source(cfg), cfg))
+            feeds.append(_Feed(i, cfg.name if cfg.name is not None else str(i), self._open_source(cfg, len(configs)),
+                               cfg))
         return feeds
 
-    def _open_source(self, cfg: Any) -> Any:
+    def _open_source(self, cfg: Any, count: int = 1) -> Any:
         from edgert.vision.sources import open_source
 
         if not cfg.preload:
-            return open_source(cfg)
+            from edgert.vision.capture import open_captured
+
+            return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
         from edgert.pipeline.preload import PreloadedSource
 
         # The file itself is read once; looping happens over the frames in memory.
@@ -384,8 +387,13 @@ class Pipeline:
             for feed in self._feeds:  # each source its own tracks and counts
                 feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
-            feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
-                                for _ in range(count))
+            attach = getattr(feed.source, "attach", None)
+            if attach is not None:  # a capture worker's ring: its slots are the frames' pixels, lent per frame
+                attach(count, getattr(processor, "register_frames", None))
+                feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
+            else:
+                feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
+                                    for _ in range(count))
             for f in feed.frames:
                 feed.free.put(f)
 
@@ -544,7 +552,7 @@ class Pipeline:
                     break
                 if pixels is not f.pixels:
                     f.pixels = pixels  # the frame keeps this buffer for its next images
-                    feed.buffer_allocations += 1
+                    feed.buffer_allocations += not getattr(source, "lends_buffers", False)
                 f.started = t0
                 f.timestamp = time.time()
                 f.index = index

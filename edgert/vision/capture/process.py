@@ -1,0 +1,241 @@
+"""A source decoded in its own process: the pipeline's capture thread only receives slot numbers.
+
+:class:`ProcessCaptureSource` is a :class:`~edgert.vision.sources.FrameSource` like any other to the
+pipeline. Its worker (:mod:`edgert.vision.capture.worker`) opens the real source (the same ``open_source`` as
+the in-process capture, so the same decoder and the same pixels) and decodes into a shared ring
+(:mod:`edgert.vision.capture.ring`); ``read()`` hands back the slot the frame lies in, so the frame is never
+copied in the main process. The slot is lent to the pipeline's frame until that frame comes back for its
+next image (``read(out)`` with ``out`` the slot view): then it goes back to the worker.
+
+A worker that dies (killed, crashed in a driver) closes its pipe: ``read()`` raises :class:`SourceError`
+naming the source and how the worker ended, so a run with several sources drops that one and goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from edgert.errors import SourceError
+from edgert.vision.capture.ring import FrameRing, slot_bytes_for
+from edgert.vision.sources import FrameSource
+
+__all__ = ["READ_AHEAD", "ProcessCaptureSource"]
+
+log = logging.getLogger(__name__)
+
+#: Slots beyond the pipeline's own frames, so the worker decodes ahead while every frame is in flight.
+READ_AHEAD = 3
+#: Slots when no pipeline said how many frames it keeps (the source used on its own).
+DEFAULT_FRAMES = 4
+_OPEN_TIMEOUT_S = 60.0  # spawning + importing OpenCV + opening the source (an RTSP connect can take 10 s)
+_POLL_S = 0.1
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "closed its pipe"
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class ProcessCaptureSource(FrameSource):
+    """``config``'s source, decoded by a worker process into a shared ring of frame slots."""
+
+    lends_buffers = True  # read() returns the ring's own arrays: the pipeline adopts them, no copy
+
+    def __init__(self, config: Any) -> None:
+        import dataclasses
+
+        super().__init__(config.uri.strip())
+        self._config = dataclasses.replace(config, capture="thread")
+        self._proc: Any = None
+        self._conn: Any = None
+        self._send_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ring: FrameRing | None = None
+        self._ended = False
+        self._expected = 0  # the next frame number the worker should send
+        self.current: str | None = None
+        self.worker_dropped = 0  # live: frames the worker had no free slot for, and its source's stale ones
+        self._stale = 0  # live: frames that queued up here behind a newer one
+
+    # -- lifetime ---------------------------------------------------------------------------------------
+    @property
+    def worker_pid(self) -> int | None:
+        return None if self._proc is None else int(self._proc.pid)
+
+    def open(self) -> None:
+        from edgert.vision.capture.worker import capture_main
+
+        ctx = multiprocessing.get_context("spawn")  # never fork: the parent holds CUDA contexts and threads
+        parent, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(target=capture_main, args=(self._config, child), daemon=True,
+                                 name=f"edgert-capture:{self.uri}")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self._stopping.clear()
+        try:
+            msg = self._recv(_OPEN_TIMEOUT_S, "opening")
+            if msg is None:
+                raise SourceError(f"{self.uri}: stopped while opening")
+            if msg[0] == "error":
+                raise SourceError(msg[1])
+            info = msg[1]
+        except BaseException:
+            self.close()
+            raise
+        self.width, self.height, self.fps = int(info["width"]), int(info["height"]), info["fps"]
+        self.live, self.kind = bool(info["live"]), str(info["kind"])
+        self._opened = True
+        log.info("capture worker %d for %s: %dx%d (%s)", self._proc.pid, self.uri, self.width, self.height, self.kind)
+
+    def attach(self, frames: int, register: Any = None) -> None:
+        """Make the ring: ``frames`` slots the pipeline may hold plus :data:`READ_AHEAD`. ``register(array,
+        slot_bytes, slots)`` (the GPU processor's) pins it for the GPU."""
+        if self._ring is not None:
+            return
+        slot_bytes = slot_bytes_for(self.height, self.width)
+        ring = FrameRing.create(frames + READ_AHEAD, slot_bytes)
+        try:
+            self._send(("ring", ring.name, ring.slots, slot_bytes))
+            msg = self._recv(_OPEN_TIMEOUT_S, "attaching the frame ring")
+            if msg is None or msg[0] != "attached":
+                raise SourceError(msg[1] if msg is not None and msg[0] == "error"
+                                  else f"{self.uri}: capture worker did not take the frame ring")
+        finally:
+            ring.unlink()  # both sides have it mapped (or the worker failed): the name is not needed again
+        self._ring = ring
+        if register is not None:
+            register(ring.array, slot_bytes, ring.slots)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def close(self) -> None:
+        self._stopping.set()
+        proc, conn = self._proc, self._conn
+        if conn is not None:
+            try:
+                self._send(("stop",))
+            except OSError:  # the worker is gone already
+                pass
+        if proc is not None:
+            proc.join(timeout=2.0)
+            if proc.is_alive():  # stuck in a driver call: it cannot finish anything we still want
+                proc.kill()
+                proc.join(timeout=2.0)
+        if conn is not None:
+            conn.close()
+        self._proc = self._conn = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        self._opened = False
+
+    # -- frames -------------------------------------------------------------------------------------------
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        if self._ring is None:
+            if self._proc is None:
+                return None
+            self.attach(DEFAULT_FRAMES)
+        ring = self._ring
+        assert ring is not None
+        k = ring.slot_of(out)
+        if k is not None:
+            self._send(("free", k))  # the pipeline is done with the frame that lay there
+        if self._ended:
+            return None
+        msg = self._recv(None, "reading")
+        if msg is None:
+            self.end_reason = "stopped"
+            return None
+        if self.live:  # several frames queued up: only the newest is the present
+            while not self._stopping.is_set() and msg[0] == "frame" and self._conn.poll(0):
+                newer = self._recv(0.0, "reading")
+                if newer is None or newer[0] != "frame":
+                    break
+                self._take_counters(msg)
+                if msg[1] >= 0:
+                    self._send(("free", msg[1]))
+                self._stale += 1
+                self.dropped = self._stale + self.worker_dropped
+                msg = newer
+        if msg[0] == "error":
+            raise SourceError(msg[1])
+        if msg[0] == "end":
+            self._ended = True
+            self._apply(msg[1])
+            return None
+        _, k, h, w, seq, _counters, current, pixels = msg
+        self._take_counters(msg)
+        if not self.live and seq != self._expected:  # pragma: no cover - the pipe keeps order; a bug if not
+            raise SourceError(f"{self.uri}: capture worker sent frame {seq}, expected {self._expected}")
+        self._expected = seq + 1
+        self.current = current
+        if k < 0:  # did not fit a slot: it came through the pipe (the pipeline adopts the array)
+            frame: np.ndarray = pixels
+            return frame
+        return ring.view(k, h, w)
+
+    def _take_counters(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "frame" and msg[5] is not None:
+            self._apply(msg[5])
+
+    def _apply(self, counters: tuple[Any, ...]) -> None:
+        dropped, skipped, self.reconnects, self.stalls, end_reason, self.ended_early = counters
+        self.worker_dropped = int(dropped)
+        self.dropped = self._stale + self.worker_dropped
+        self.skipped_by_reason = dict(skipped)
+        self.skipped = sum(self.skipped_by_reason.values())
+        if end_reason is not None:
+            self.end_reason = end_reason
+
+    # -- the pipe -----------------------------------------------------------------------------------------
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        with self._send_lock:  # stop()/close() may come from another thread than read()
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                pass  # the worker is gone: the next receive says how
+
+    def _recv(self, timeout: float | None, doing: str) -> tuple[Any, ...] | None:
+        """The worker's next message; None when stopped first; SourceError when the worker is gone or ``timeout``
+        (seconds; None: no limit, the worker's own source times out stalls) passes."""
+        conn = self._conn
+        if conn is None:
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._stopping.is_set() and doing == "reading":
+                return None
+            wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            try:
+                if conn.poll(wait):
+                    msg: tuple[Any, ...] = conn.recv()
+                    return msg
+            except (EOFError, OSError):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                if timeout == 0.0:
+                    return None
+                raise SourceError(f"{self.uri}: capture worker gave no answer within {timeout:g} s while {doing}")
+        proc = self._proc
+        if proc is not None:
+            proc.join(timeout=1.0)
+        code = None if proc is None else proc.exitcode
+        raise SourceError(f"{self.uri}: capture worker {_how_it_ended(code)} while {doing}")
