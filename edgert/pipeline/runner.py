@@ -128,7 +128,7 @@ class _Feed:
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
             "detections": self.detections, "drops": self.drops(),
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
-            "sinks": [w.sink.uri for w in self.workers],
+            "sinks": [w.sink.uri for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
         }
         if self.error is not None:
             out["error"] = self.error

@@ -53,6 +53,7 @@ class ProcessCaptureSource(FrameSource):
     """``config``'s source, decoded by a worker process into a shared ring of frame slots."""
 
     lends_buffers = True  # read() returns the ring's own arrays: the pipeline adopts them, no copy
+    capture = "process"  # how the run's summary names this way of reading a source
 
     def __init__(self, config: Any) -> None:
         import dataclasses
@@ -118,7 +119,12 @@ class ProcessCaptureSource(FrameSource):
             ring.unlink()  # both sides have it mapped (or the worker failed): the name is not needed again
         self._ring = ring
         if register is not None:
-            register(ring.array, slot_bytes, ring.slots)
+            from edgert.errors import BackendError
+
+            try:
+                register(ring.array, slot_bytes, ring.slots)
+            except BackendError as exc:  # still correct, one host copy per frame more: say so, go on
+                log.warning("%s: frame ring not page-locked (%s); frames go through the staging copy", self.uri, exc)
 
     def stop(self) -> None:
         self._stopping.set()
