@@ -259,6 +259,11 @@ class Pipeline:
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
+                    for feed in self._feeds:  # capture workers start together: their imports and opens overlap
+                        start = getattr(feed.source, "start", None)
+                        if start is not None:
+                            stack.callback(feed.source.close)
+                            start()
                     for feed in self._feeds:
                         stack.enter_context(feed.source)
                     self._open_sinks()

@@ -76,9 +76,13 @@ class ProcessCaptureSource(FrameSource):
     def worker_pid(self) -> int | None:
         return None if self._proc is None else int(self._proc.pid)
 
-    def open(self) -> None:
+    def start(self) -> None:
+        """Start the worker (it opens the source while the caller goes on); :meth:`open` waits for it. A
+        pipeline starts every source's worker first, so 32 workers start in about the time of one."""
         from edgert.vision.capture.worker import capture_main
 
+        if self._proc is not None:
+            return
         ctx = multiprocessing.get_context("spawn")  # never fork: the parent holds CUDA contexts and threads
         parent, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(target=capture_main, args=(self._config, child), daemon=True,
@@ -87,6 +91,9 @@ class ProcessCaptureSource(FrameSource):
         child.close()
         self._conn = parent
         self._stopping.clear()
+
+    def open(self) -> None:
+        self.start()
         try:
             msg = self._recv(_OPEN_TIMEOUT_S, "opening")
             if msg is None:
