@@ -277,17 +277,64 @@ def copy_htod_async(ptr: int, host: np.ndarray, stream: Stream) -> None:
     _driver().memcpy_htod_async(ptr, host, stream.raw)
 
 
-def register_host_memory(array: np.ndarray, mapped: bool = False) -> tuple[np.ndarray, int]:
-    """Page-lock existing host memory (a shared-memory frame ring) for async copies; call inside ``active()``.
 
-    Returns the registered array (keep it alive as long as the GPU reads the memory; dropping it, with the
-    context current, unregisters) and, when ``mapped``, the device address of its first byte (else 0).
+class HostRegistration:
+    """Existing host memory page-locked with ``cuMemHostRegister`` (a shared-memory frame ring); ``ptr``: its
+    device address when mapped, else 0. :meth:`close` (inside ``active()``) unregisters; the registration keeps
+    the array alive until then, so the memory cannot be unmapped while CUDA still has it locked.
+
+    Through the driver API directly: pycuda's ``register_host_memory`` builds its result array over the input's
+    array interface and then fails to set that array's base a second time on current NumPy (seen on the H200
+    image, pycuda 2026.1, NumPy 2).
     """
-    drv = _driver()
+
+    _DEVICEMAP = 0x02  # CU_MEMHOSTREGISTER_DEVICEMAP
+
+    def __init__(self, array: np.ndarray, mapped: bool) -> None:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+        self._lib = ctypes.CDLL(name)
+        self._array: np.ndarray | None = array
+        self.address = int(array.__array_interface__["data"][0])
+        self.nbytes = int(array.nbytes)
+        flags = self._DEVICEMAP if mapped else 0
+        self._check(self._lib.cuMemHostRegister_v2(ctypes.c_void_p(self.address), ctypes.c_size_t(self.nbytes),
+                                                   ctypes.c_uint(flags)), "cuMemHostRegister")
+        self.ptr = 0
+        if mapped:
+            dptr = ctypes.c_uint64(0)
+            code = self._lib.cuMemHostGetDevicePointer_v2(ctypes.byref(dptr), ctypes.c_void_p(self.address),
+                                                          ctypes.c_uint(0))
+            if code != 0:
+                self.close()
+                self._check(code, "cuMemHostGetDevicePointer")
+            self.ptr = int(dptr.value)
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            import ctypes
+
+            text = ctypes.c_char_p()
+            self._lib.cuGetErrorString(int(code), ctypes.byref(text))
+            raise BackendError(f"{what} failed: {text.value.decode() if text.value else code}")
+
+    def close(self) -> None:
+        if self._array is None:
+            return
+        import ctypes
+
+        code = self._lib.cuMemHostUnregister(ctypes.c_void_p(self.address))
+        if code != 0:  # the memory stays locked until the process ends: harmless, but say so
+            log.warning("cuMemHostUnregister failed with CUDA error %d", code)
+        self._array = None
+
+
+def register_host_memory(array: np.ndarray, mapped: bool = False) -> HostRegistration:
+    """Page-lock existing host memory for async copies (and, ``mapped``, zero-copy reads); call inside
+    ``active()``; close the result inside ``active()`` too."""
     try:
-        flags = drv.mem_host_register_flags.DEVICEMAP if mapped else 0
-        pinned: np.ndarray = drv.register_host_memory(array, flags=flags)
-        ptr = int(pinned.base.get_device_pointer()) if mapped else 0  # type: ignore[union-attr]
-    except Exception as exc:
+        return HostRegistration(array, mapped)
+    except OSError as exc:  # no libcuda to load
         raise BackendError(f"cannot page-lock {array.nbytes} bytes of shared frame memory: {exc}") from exc
-    return pinned, ptr

@@ -276,6 +276,7 @@ class GpuProcessor(Processor):
         # address -> (bytes, device address when mapped) of the frame buffers handed out (read by the slots)
         self.frame_buffers: dict[int, tuple[int, int]] = {}
         self._frame_arrays: list[np.ndarray] = []
+        self._registrations: list[Any] = []  # capture workers' rings page-locked in place (register_frames)
         self._buffers_lock = threading.Lock()
         from edgert.backends.cuda import device_traits
 
@@ -367,12 +368,12 @@ class GpuProcessor(Processor):
 
         zero_copy = self.memory_mode == "zero-copy"
         with self.device.active():
-            pinned, ptr = register_host_memory(array, mapped=zero_copy)
-        base = int(array.__array_interface__["data"][0])
+            registration = register_host_memory(array, mapped=zero_copy)
+        base, ptr = registration.address, registration.ptr
         with self._buffers_lock:
             for k in range(slots):
                 self.frame_buffers[base + k * slot_bytes] = (slot_bytes, ptr + k * slot_bytes if zero_copy else 0)
-            self._frame_arrays.append(pinned)
+            self._registrations.append(registration)
 
     def _fill_other_inputs(self, session: Any) -> None:
         """The configured constants for inputs other than the image (as the CPU processor fills them), put on
@@ -467,11 +468,14 @@ class GpuProcessor(Processor):
     def close(self) -> None:
         super().close()
         device = getattr(self, "device", None)
-        if device is not None and self._frame_arrays:
+        if device is not None and (self._frame_arrays or self._registrations):
             # Dropped with the context current, so pycuda can unpin them (the pipeline has let go of its frames).
             with device.active():
                 self.frame_buffers.clear()
                 self._frame_arrays.clear()
+                for registration in self._registrations:
+                    registration.close()
+                self._registrations.clear()
         letterbox = getattr(self, "letterbox", None)
         if letterbox is not None:
             letterbox.close()

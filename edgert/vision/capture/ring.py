@@ -12,6 +12,7 @@ where the worker decoded it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 from multiprocessing import shared_memory
 from typing import Any
@@ -34,6 +35,7 @@ def slot_bytes_for(height: int, width: int) -> int:
     return -(-(height * width * 3) // PAGE) * PAGE
 
 
+@atexit.register
 def _close_lingering() -> None:
     for shm in list(_LINGERING):
         try:
