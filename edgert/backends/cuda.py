@@ -338,3 +338,32 @@ def register_host_memory(array: np.ndarray, mapped: bool = False) -> HostRegistr
         return HostRegistration(array, mapped)
     except OSError as exc:  # no libcuda to load
         raise BackendError(f"cannot page-lock {array.nbytes} bytes of shared frame memory: {exc}") from exc
+
+
+_copy_holding_gil: Any = None
+
+
+def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
+    """Queue a copy of the page-locked, C-contiguous ``host`` to device address ``ptr``, keeping the GIL.
+
+    From page-locked memory ``cuMemcpyHtoDAsync`` only queues the copy and returns in microseconds, so this
+    calls it through ``ctypes.PyDLL``, which does not release the interpreter lock. pycuda's
+    ``memcpy_htod_async`` releases it, and with one copy per frame every copy then waited to get the lock back
+    behind the other threads: at 16 NanoDet streams on the H200 that wait was a third of each slot thread's
+    time (scripts/profile_pipeline.py, docs/pipeline.md). Pageable memory would make the call wait for the
+    copy with the lock held: only page-locked buffers come here (the processor's own and the capture rings).
+    """
+    global _copy_holding_gil
+    fn = _copy_holding_gil
+    if fn is None:
+        import ctypes
+        import ctypes.util
+
+        lib = ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+        fn = lib.cuMemcpyHtoDAsync_v2
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _copy_holding_gil = fn
+    code = fn(ptr, host.__array_interface__["data"][0], host.nbytes, stream.handle)
+    if code != 0:
+        raise BackendError(f"cuMemcpyHtoDAsync of {host.nbytes} bytes failed with CUDA error {code}")

@@ -159,7 +159,7 @@ class GpuSlot(ProcessorSlot):
         straight from there. Any other frame is first copied into the slot's staging buffer. Frames sit
         packed in the device staging buffer, ``_ALIGN`` apart.
         """
-        from edgert.backends.cuda import copy_htod_async
+        from edgert.backends.cuda import copy_htod_async_pinned as copy_htod_async  # both sides page-locked
 
         known = self.proc.frame_buffers
         plan: list[tuple[np.ndarray, int, int, int, int | None]] = []  # frame, h, w, staging offset, mapped ptr
