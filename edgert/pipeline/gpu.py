@@ -43,7 +43,7 @@ from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
-from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections_batch
+from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, finish_candidates
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
 from edgert.vision.preprocess import LetterboxTransform, Preprocessor, check_frame
 
@@ -229,10 +229,12 @@ class GpuSlot(ProcessorSlot):
     def _finish(self, transforms: list[LetterboxTransform]) -> list[Detections]:
         out: list[Detections | None] = [None] * len(transforms)
         if self.filter is not None:
-            rows = [self.filter.rows(k) for k in range(len(transforms))]
-            done = [k for k, r in enumerate(rows) if r is not None]  # overflowed ones: decoded on the host below
-            found = candidates_to_detections_batch([r for r in rows if r is not None], self.decoder,
-                                                   [transforms[k] for k in done])
+            # Every sample's rows in one go (a fixed number of numpy calls per batch, not per frame).
+            rows, owner, overflowed = self.filter.rows_batch(len(transforms))
+            done = np.flatnonzero(~overflowed).tolist()  # overflowed ones: decoded on the host below
+            if len(done) < len(transforms):
+                owner = (np.cumsum(~overflowed) - 1)[owner]  # positions among the samples that fit
+            found = finish_candidates(rows, owner, self.decoder, [transforms[k] for k in done])
             for k, d in zip(done, found):
                 out[k] = d
         if any(d is None for d in out):
