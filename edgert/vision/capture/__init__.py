@@ -9,14 +9,17 @@
 - ``auto`` (the default): ``process`` when the run has at least :data:`PROCESS_MIN_SOURCES` sources and the
   host at least :data:`PROCESS_MIN_CPUS` cores, else ``thread``.
 
-Why that default: decoding already runs outside the GIL in OpenCV, but every frame read in the main process
-still costs its capture thread several Python steps, and at 8 streams of a small model those steps and the
-slot threads take turns for the interpreter lock (docs/pipeline.md). A worker moves the decoder's threads and
-those steps into its own process; what is left in the main process is one message per frame. It pays only
-with several sources and the cores to run their workers on: one source, or a 2-core host, gains nothing from
-one more process per source (about 0.5 s to start and 40-60 MB each) and a pipe hop per frame. Jetsons
+Why that default: a worker takes the decoder (its FFmpeg or GStreamer threads, its driver calls) and every
+per-frame step of reading out of the pipeline's process, which is left with one small message per frame; and a
+decoder that crashes or hangs takes only its own source down (the run reports that source's failure and goes
+on), where in-process it can take the whole run. On the H200 (docs/pipeline.md, issue 28) workers and capture
+threads ran at the same rate within the run-to-run spread (-6 % to +4 % at 8-32 streams), so the default is set
+by the isolation and by what a worker costs: a process per source (about 0.5 s to start, all sources' workers
+at once; a Python with NumPy and OpenCV in memory each) and a pipe hop per frame. One source, or a host of
+fewer than 4 cores (a worker per source would only add context switches there), stays ``thread``. Jetsons
 (Orin Nano: 6 cores, AGX Orin: 12) get the same rule; there a worker decodes a video file with the hardware
-decoder (:mod:`.jetson`). Preloaded sources are in memory already and always stay ``thread``.
+decoder (:mod:`.jetson`; written for JetPack, not run here). Preloaded sources are in memory already and always
+stay ``thread``.
 """
 
 from __future__ import annotations
