@@ -237,3 +237,30 @@ def test_the_jetson_file_pipeline_decodes_on_the_hardware_decoder() -> None:
     assert text.startswith('filesrc location="/data/cam 1.mp4" ! ')
     assert "nvv4l2decoder" in text and "nvvidconv" in text
     assert text.endswith("appsink sync=false max-buffers=4 drop=false")  # a file: every frame, never dropped
+
+
+def test_the_capture_key_is_read_from_yaml_and_a_bad_value_names_it(tmp_path: Path) -> None:
+    from edgert.config import load_config
+
+    good = tmp_path / "good.yaml"
+    good.write_text("source:\n  uri: a.mp4\n  capture: process\n")
+    assert load_config(good).source.capture == "process"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("source:\n  uri: a.mp4\n  capture: fork\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: source.capture: expected one of auto, thread, process"):
+        load_config(bad)
+
+
+def test_a_folder_of_images_of_several_sizes_comes_through_the_worker_unchanged(tmp_path: Path) -> None:
+    """Smaller frames reuse their slot, a larger one than the first travels through the pipe: same pixels."""
+    import cv2
+
+    from edgert.vision.capture.process import ProcessCaptureSource
+    from edgert.vision.sources import open_source
+
+    rng = np.random.default_rng(2)
+    for i, (w, h) in enumerate(((64, 48), (32, 40), (96, 80), (64, 48))):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+    theirs = _frames(ProcessCaptureSource(SourceConfig(uri=str(tmp_path))))
+    ours = _frames(open_source(str(tmp_path)))
+    assert len(ours) == 4 and theirs == ours
