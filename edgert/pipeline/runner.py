@@ -311,6 +311,9 @@ class Pipeline:
 
             return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
         from edgert.pipeline.preload import PreloadedSource
+        from edgert.vision.capture import choose_capture
+
+        choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
 
         # The file itself is read once; looping happens over the frames in memory.
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))

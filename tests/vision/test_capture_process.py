@@ -264,3 +264,11 @@ def test_a_folder_of_images_of_several_sizes_comes_through_the_worker_unchanged(
     theirs = _frames(ProcessCaptureSource(SourceConfig(uri=str(tmp_path))))
     ours = _frames(open_source(str(tmp_path)))
     assert len(ours) == 4 and theirs == ours
+
+
+def test_process_capture_of_a_preloaded_source_is_refused_in_one_line(media: dict[str, Any]) -> None:
+    proc = _cli("--model", str(media["model"]), "--source", str(media["videos"][0]), "--preload",
+                "--capture", "process")
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot apply to a preloaded source" in lines[0], proc.stderr
