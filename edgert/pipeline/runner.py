@@ -69,7 +69,8 @@ class _Frame:
     detections: Any = None
     index: int = 0  # frame number within its source
     feed: int = 0  # which source
-    timestamp: float = 0.0
+    timestamp: float = 0.0  # wall clock at capture (time.time()), what sinks write
+    media_time: float = 0.0  # the frame's time on its source's clock: what analytics run on (sources.media_time)
     started: float = 0.0
     file: str | None = None
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
@@ -109,15 +110,19 @@ class _Feed:
             return 0.0
         return (self.done - 1) / (self.last_done - self.first_done)
 
+    def undecodable(self) -> dict[str, int]:
+        """Frames the source could not decode, by reason (a damaged file): not drops, the input lacked them."""
+        by_reason = getattr(self.source, "skipped_by_reason", None)
+        if by_reason:
+            return {str(k): int(v) for k, v in by_reason.items() if v}
+        skipped = int(getattr(self.source, "skipped", 0) or 0)
+        return {"corrupt_frames": skipped} if skipped else {}
+
     def drops(self) -> dict[str, int]:
+        """Frames that were there and not processed: stale live frames, frames a slow sink skipped."""
         out: dict[str, int] = {}
         if self.source.live and self.source.dropped:
             out["stale_frames"] = int(self.source.dropped)
-        by_reason = getattr(self.source, "skipped_by_reason", None)
-        if by_reason:
-            out.update({str(k): int(v) for k, v in by_reason.items() if v})
-        elif self.source.skipped:
-            out["corrupt_frames"] = int(self.source.skipped)
         for worker in self.workers:
             if worker.dropped:
                 out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
@@ -126,7 +131,8 @@ class _Feed:
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
-            "detections": self.detections, "drops": self.drops(),
+            "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
+            "time_base": time_base(self.source),
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
             "sinks": [w.sink.uri for w in self.workers],
         }
@@ -137,6 +143,12 @@ class _Feed:
 
             out.update(stages_summary(self.stages))
         return out
+
+
+def time_base(source: Any) -> str:
+    from edgert.vision.sources import time_base as source_time_base
+
+    return source_time_base(source)
 
 
 class Pipeline:
@@ -261,6 +273,7 @@ class Pipeline:
                 with contextlib.ExitStack() as stack:
                     for feed in self._feeds:
                         stack.enter_context(feed.source)
+                    self._make_stages()  # bad lines and zones are refused before any sink truncates its file
                     self._open_sinks()
                     try:
                         self._allocate(processor)
@@ -378,16 +391,19 @@ class Pipeline:
         # and the sinks take the last; each one more adds one frame of latency.
         share = max(1, -(-processor.batch // len(self._feeds)))
         count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
-        if self.config.track is not None or self.config.analytics.enabled:
-            from edgert.analytics.stages import make_result_stages
-
-            for feed in self._feeds:  # each source its own tracks and counts
-                feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
             feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
                                 for _ in range(count))
             for f in feed.frames:
                 feed.free.put(f)
+
+    def _make_stages(self) -> None:
+        if self.config.track is not None or self.config.analytics.enabled:
+            from edgert.analytics.stages import make_result_stages
+
+            for feed in self._feeds:  # each source its own tracks and counts, its lines checked on its frame
+                size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
+                feed.stages = make_result_stages(self.config, feed.source.fps, size, self._names, feed.name)
 
     @staticmethod
     def _frame_buffer(processor: Any, feed: _Feed) -> np.ndarray | None:
@@ -509,6 +525,7 @@ class Pipeline:
     # -- stages -------------------------------------------------------------------------------------
     def _capture(self, feed: _Feed) -> None:
         from edgert.errors import EdgertError
+        from edgert.vision.sources import media_time
 
         limit = self.config.runtime.max_frames
         source = feed.source
@@ -547,6 +564,7 @@ class Pipeline:
                     feed.buffer_allocations += 1
                 f.started = t0
                 f.timestamp = time.time()
+                f.media_time = media_time(source, index, f.timestamp)
                 f.index = index
                 current = getattr(source, "current", None)
                 f.file = None if current is None else str(current)
@@ -660,7 +678,7 @@ class Pipeline:
         if feed.stages:
             from edgert.analytics.stages import run_stages
 
-            detections, events = run_stages(feed.stages, detections, f.index, f.timestamp)
+            detections, events = run_stages(feed.stages, detections, f.index, f.media_time)
             if len(self._feeds) > 1:
                 for event in events:
                     event["source"] = feed.name
@@ -705,7 +723,8 @@ class Pipeline:
     def _draw_analytics(self, pixels: np.ndarray, feed: _Feed) -> None:
         from edgert.vision.draw import draw_analytics
 
-        analytics = self.config.analytics
+        analytics = getattr(getattr(feed.stages[-1], "analytics", None), "config", None) if feed.stages else None
+        analytics = analytics or self.config.analytics  # the lines and zones as checked for this source (pixels)
         counts = feed.stages[-1].summary().get("counts") if feed.stages else None
         draw_analytics(pixels, analytics.lines, analytics.zones, counts)
 
@@ -741,6 +760,19 @@ class Pipeline:
             return "max_frames"
         return "end of input"
 
+    def _undecodable(self) -> dict[str, int]:
+        """Every source's undecodable frames by reason (counted apart from ``drops``: they never existed)."""
+        totals: dict[str, int] = {}
+        for feed in self._feeds:
+            for reason, n in feed.undecodable().items():
+                totals[reason] = totals.get(reason, 0) + n
+        return totals
+
+    def _time_base(self) -> Any:
+        """What the analytics' times are: one word for the run, or one per source when they differ."""
+        bases = {feed.name: time_base(feed.source) for feed in self._feeds}
+        return next(iter(bases.values())) if len(set(bases.values())) == 1 else bases
+
     def summary(self, wall_s: float | None = None) -> dict[str, Any]:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
         drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
@@ -767,10 +799,12 @@ class Pipeline:
             "latency_ms": stats.latency_ms(),
             "dropped": stats.dropped,
             "drops": dict(stats.drops),
+            "undecodable": self._undecodable(),
             "reconnects": sum(int(getattr(feed.source, "reconnects", 0)) for feed in feeds),
             "detections": stats.detections,
             "detections_per_class": per_class,
             "stopped_by": self.stopped_by(),
+            "time_base": self._time_base(),
             "slots": len(processor.slots) if processor is not None else 0,
             "batch": getattr(processor, "batch", 1),
             "frames_in_flight": len(self.frames),
