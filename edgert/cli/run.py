@@ -220,6 +220,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     drops = summary.get("drops") or {}
     lines.append(f"dropped    {summary.get('dropped', 0)}" + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})"
                                                              if drops else ""))
+    undecodable = summary.get("undecodable") or {}
+    if undecodable:  # a damaged file's frames: not drops, the file lacked them
+        reasons = ", ".join(f"{k}: {v}" for k, v in undecodable.items())
+        lines.append(f"undecodable {sum(undecodable.values())} ({reasons})")
     per_class = summary.get("detections_per_class") or {}
     top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
     lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))
