@@ -675,6 +675,7 @@ class LiveSource(FrameSource):
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = fps if 0 < fps < 1000 else None
         self._latest = frame
+        self._latest_time = time.time()
         self._fresh = True
         self._stopping.clear()
         self._start_grabber(cap, np.empty_like(frame))
