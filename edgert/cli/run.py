@@ -187,6 +187,9 @@ def _speech(config: Any, args: argparse.Namespace) -> int:
 
     if getattr(args, "report", None):
         raise ConfigError(f"--report: detection runs only, not task {config.task}")
+    for flag in ("line", "zone"):
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag}: counting lines and zones follow tracked detections, not task {config.task}")
     return int(cli_run(config, args))
 
 

@@ -157,3 +157,11 @@ def test_a_zone_with_a_threshold_says_when_it_is_crowded_and_clear() -> None:
     for i in range(6, 10):
         events.extend(analytics.update(_frame((3, 70, 70)), i, i / 10.0))
     assert [e["type"] for e in events if e["type"].startswith("zone_c")] == ["zone_clear"]
+
+
+def test_rules_flags_on_a_speech_task_are_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.helpers import assert_one_line_error, run_cli
+
+    r = run_cli("run", "--task", "vad", "--source", str(tmp_path / "a.wav"), "--model", str(tmp_path / "m.onnx"),
+                "--zone", "hall:0,0,1,0,1,1", timeout=60)
+    assert_one_line_error(r, "--zone", "not task vad")
