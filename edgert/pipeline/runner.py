@@ -103,6 +103,7 @@ class _Feed:
         self.first_done: float | None = None
         self.last_done: float | None = None
         self.buffer_allocations = 0
+        self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
         self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
 
     def fps(self) -> float:
@@ -133,6 +134,8 @@ class _Feed:
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
             "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
             "time_base": time_base(self.source),
+            # seconds of the source's own time the run covered: the base for rates (crossings per minute)
+            "media_s": round(self.media_span[1] - self.media_span[0], 3) if self.media_span else 0.0,
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
             "sinks": [w.sink.uri for w in self.workers],
         }
@@ -705,6 +708,7 @@ class Pipeline:
         if feed.first_done is None:
             feed.first_done = done
         feed.last_done = done
+        feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
         if self.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
             self._update_drops()
         if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one

@@ -79,6 +79,7 @@ def test_the_summary_says_which_time_base(tmp_path: Path) -> None:
     config = PipelineConfig(model=ModelConfig(path=str(model)), source=SourceConfig(uri=str(video)))
     summary = Pipeline(config, handle_signals=False).run()
     assert summary["time_base"] == "media" and summary["sources"][0]["time_base"] == "media"
+    assert summary["sources"][0]["media_s"] == 0.7  # 8 frames at 10 fps: first to last, in video time
     camera = LiveSource("file-camera", lambda: cv2.VideoCapture(str(video)), backoff=0.01)
     mixed = Pipeline(dataclasses.replace(config, runtime=RuntimeConfig(max_frames=3)),
                      sources=[open_source(str(video)), camera], handle_signals=False).run()
