@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import sys
 import typing
 from collections.abc import Mapping
@@ -362,6 +363,13 @@ class TrackConfig:
             _check(self.frame_rate > 0, "frame_rate", f"expected frames per second > 0, got {self.frame_rate}")
 
 
+def _check_finite(points: tuple[tuple[float, float], ...], field_name: str) -> None:
+    for point in points:
+        _check(len(point) == 2, field_name, f"expected points of 2 numbers [x, y], got {list(point)}")
+        _check(all(isinstance(v, (int, float)) and math.isfinite(v) for v in point), field_name,
+               f"coordinates must be finite numbers, got {list(point)}")
+
+
 @dataclass(frozen=True)
 class LineConfig:
     """A counting line from ``points[0]`` to ``points[1]`` (frame pixels). Walking from the first point to
@@ -370,11 +378,15 @@ class LineConfig:
     name: str = ""
     points: tuple[tuple[float, float], ...] = ()
     classes: tuple[str, ...] | None = None  # class names (or ids) to count; None: every class
+    direction: Literal["in", "out", "both"] = "both"  # which crossings count (and become events)
 
     def __post_init__(self) -> None:
         _check(bool(self.name), "name", "expected a name for the line")
         _check(len(self.points) == 2, "points", f"expected 2 points [[x1, y1], [x2, y2]], got {len(self.points)}")
+        _check_finite(self.points, "points")
         _check(tuple(self.points[0]) != tuple(self.points[1]), "points", "the two points are the same")
+        _check(self.direction in ("in", "out", "both"), "direction",
+               f"expected in, out or both, got {self.direction!r}")
 
 
 @dataclass(frozen=True)
@@ -384,11 +396,15 @@ class ZoneConfig:
     name: str = ""
     polygon: tuple[tuple[float, float], ...] = ()
     classes: tuple[str, ...] | None = None
+    crowded_at: int | None = None  # occupancy (tracks inside) that is crowded: zone_crowded, then zone_clear below it
 
     def __post_init__(self) -> None:
         _check(bool(self.name), "name", "expected a name for the zone")
         _check(len(self.polygon) >= 3, "polygon",
                f"expected at least 3 points [[x, y], ...], got {len(self.polygon)}")
+        _check_finite(self.polygon, "polygon")
+        _check(self.crowded_at is None or self.crowded_at >= 1, "crowded_at",
+               f"expected a number of tracks >= 1, got {self.crowded_at}")
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ class PipelineStats:
     """Counters of one pipeline run, safe to read from any thread.
 
     ``frames`` counts frames that went through every stage; ``dropped`` counts frames that never will
-    (stale live frames, corrupt frames) plus frames a slow sink skipped, by reason in ``drops``.
+    (stale live frames) plus frames a slow sink skipped, by reason in ``drops``. Frames a damaged file
+    could not decode are not drops: the run summary counts them apart, in ``undecodable``.
     ``watts`` is filled by a power meter when one runs (the power helper sets it); None otherwise.
     """
 

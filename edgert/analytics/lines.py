@@ -3,7 +3,8 @@
 As DeepStream's nvdsanalytics and supervision's ``LineZone`` do, a box is judged at one point (its bottom
 centre by default); a crossing is a step of that point, between two frames where the track was seen, from
 one side of the line to the other *through* the segment. Walking from the line's first point to its
-second, a move from the right-hand side to the left-hand side is ``in``, the opposite ``out``.
+second, a move from the right-hand side to the left-hand side is ``in``, the opposite ``out``. A line's
+``direction`` (``in``, ``out``; ``both`` by default) says which of the two it counts; the other is ignored.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class LineCounter:
         # track id -> (last non-zero side, last point, frame last seen)
         self._tracks: dict[int, tuple[int, np.ndarray, int]] = {}
         self._counts: dict[str, dict[str, int]] = {}
+        # the directions this line counts: its counts hold only those (a zero means none crossed, not "not counted")
+        self._directions = ("in", "out") if config.direction == "both" else (config.direction,)
 
     def update(self, detections: Detections, anchors: np.ndarray, frame_index: int,
                timestamp: float) -> list[dict[str, Any]]:
@@ -65,7 +68,10 @@ class LineCounter:
                 if side != 0 and last_side != 0 and side != last_side and path_crosses_segment(
                         last_point, point, self.a, self.b):
                     direction = "in" if last_side > 0 else "out"
-                    per_class = self._counts.setdefault(name, {"in": 0, "out": 0})
+                    if self.config.direction != "both" and direction != self.config.direction:
+                        self._tracks[tid] = (side, point.copy(), frame_index)
+                        continue  # a crossing this line does not count (direction filter)
+                    per_class = self._counts.setdefault(name, dict.fromkeys(self._directions, 0))
                     per_class[direction] += 1
                     events.append({"type": "line_cross", "line": self.name, "track_id": tid, "class": name,
                                    "class_id": cid, "direction": direction, "time": round(timestamp, 6),
@@ -82,5 +88,5 @@ class LineCounter:
             del self._tracks[tid]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """``{class: {"in": n, "out": n}}`` since the start."""
+        """``{class: {"in": n, "out": n}}`` since the start (only the counted direction for a one-way line)."""
         return {name: dict(c) for name, c in sorted(self._counts.items())}

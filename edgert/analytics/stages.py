@@ -3,8 +3,10 @@
 The pipeline's result thread (one, in frame order) runs ``make_result_stages(config)`` once and then,
 for every frame, :func:`run_stages`: tracking first (it sets ``track_id``), then the lines and zones that
 need it. Each stage is one method, ``process(detections, frame_index, timestamp) -> (detections,
-events)``; events are plain dicts with a ``type`` (``line_cross``, ``zone_enter``, ``zone_exit``) that
-the sinks write as their own records (``FrameResult.events``).
+events)``; ``timestamp`` is the frame's media time (the source's own clock, see
+:func:`edgert.vision.sources.media_time`). Events are plain dicts with a ``type`` (``line_cross``,
+``zone_enter``, ``zone_exit``, ``zone_crowded``, ``zone_clear``) that the sinks write as their own records
+(``FrameResult.events``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from edgert.analytics.analytics import Analytics
+from edgert.analytics.rules import resolve_rules
 from edgert.analytics.tracking import Tracker
 from edgert.config import PipelineConfig
 from edgert.vision.detections import Detections
@@ -57,16 +60,24 @@ class AnalyticsStage:
         return {"counts": self.analytics.counts()}
 
 
-def make_result_stages(config: PipelineConfig, fps: float | None = None) -> list[ResultStage]:
+def make_result_stages(config: PipelineConfig, fps: float | None = None,
+                       frame_size: tuple[int, int] | None = None, names: Sequence[str] = (),
+                       source: str = "?") -> list[ResultStage]:
     """The stages ``config`` asks for, in the order they must run; [] when it asks for none.
 
     ``fps`` is the source's frame rate (the tracker's time base when ``track.frame_rate`` is not set).
+    With ``frame_size`` (width, height) and the model's class ``names``, the lines and zones are checked
+    against that source first (:func:`~edgert.analytics.rules.resolve_rules`: 0..1 coordinates scaled,
+    points off the frame and unknown classes refused in one line).
     """
     stages: list[ResultStage] = []
+    analytics = config.analytics
+    if analytics.enabled and frame_size is not None:
+        analytics = resolve_rules(analytics, int(frame_size[0]), int(frame_size[1]), names, source)
     if config.track is not None:
         stages.append(TrackingStage(Tracker.from_config(config.track, fps)))
-    if config.analytics.enabled:
-        stages.append(AnalyticsStage(Analytics(config.analytics)))
+    if analytics.enabled:
+        stages.append(AnalyticsStage(Analytics(analytics)))
     return stages
 
 

@@ -41,6 +41,7 @@ class Tracker:
         self.frame_rate = frame_rate
         self._sv = lazy_import("supervision", "object tracking")
         self.lengths: dict[int, int] = {}  # track id -> frames it was seen in (for summaries and checks)
+        self.spans: dict[int, tuple[float, float]] = {}  # track id -> media time first and last seen
         self._last_index: int | None = None
 
     @classmethod
@@ -65,10 +66,12 @@ class Tracker:
     def reset(self) -> None:
         self._impl.reset()
         self.lengths.clear()
+        self.spans.clear()
         self._last_index = None
 
     def update(self, detections: Detections, frame_index: int, timestamp: float | None = None) -> Detections:
-        """Detections of frame ``frame_index`` (increasing) with ``track_id``; ``timestamp`` is not used."""
+        """Detections of frame ``frame_index`` (increasing) with ``track_id``. The tracker steps by frame
+        index; ``timestamp`` (the frame's media time) only dates the tracks, for their ages."""
         if self._last_index is not None and frame_index <= self._last_index:
             self.reset()  # a looped video or a restarted source: the old tracks mean nothing now
         self._last_index = frame_index
@@ -88,6 +91,9 @@ class Tracker:
             tracked = tracked[ids >= 0]
         for tid in ids[ids >= 0].tolist():
             self.lengths[tid] = self.lengths.get(tid, 0) + 1
+            if timestamp is not None:
+                first = self.spans.get(tid, (timestamp, timestamp))[0]
+                self.spans[tid] = (first, timestamp)
         return tracked
 
     def summary(self) -> dict[str, Any]:
@@ -96,4 +102,6 @@ class Tracker:
             "tracker": self.config.tracker,
             "tracks": len(lengths),
             "mean_track_frames": round(float(np.mean(lengths)), 2) if lengths else 0.0,
+            # media time from a track's first frame to its last (its age when it ended)
+            "mean_track_s": round(float(np.mean([b - a for a, b in self.spans.values()])), 3) if self.spans else 0.0,
         }

@@ -3,6 +3,10 @@
 A track is inside while its anchor point (bottom centre by default) is inside the polygon. It stays
 counted while it is briefly unseen (a missed detection, an occlusion) and leaves, with ``reason: lost``,
 once it has not been seen for ``lost_after`` frames; the time in zone then ends when it was last seen.
+Times are the frames' media time (:func:`edgert.vision.sources.media_time`), so a file's dwell is video time.
+
+A zone with ``crowded_at: N`` is crowded while N or more tracks are inside: ``zone_crowded`` when the
+occupancy reaches N, ``zone_clear`` when it falls below N again (after the frame's exits), once each.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class ZoneMonitor:
         self.lost_after = lost_after
         self._inside: dict[int, _Visit] = {}
         self._totals: dict[str, dict[str, float]] = {}
+        self.crowded = False
+        self.crowded_times = 0  # how many times it became crowded
 
     def _total(self, name: str) -> dict[str, float]:
         return self._totals.setdefault(name, {"entered": 0, "exited": 0, "dwell_s": 0.0})
@@ -64,6 +70,13 @@ class ZoneMonitor:
         for tid, visit in list(self._inside.items()):
             if frame_index - visit.seen_frame > self.lost_after:
                 events.append(self._leave(tid, visit, visit.seen_time, visit.seen_frame, "lost"))
+        threshold = self.config.crowded_at
+        if threshold is not None and self.crowded != (len(self._inside) >= threshold):
+            self.crowded = not self.crowded
+            self.crowded_times += self.crowded
+            events.append({"type": "zone_crowded" if self.crowded else "zone_clear", "zone": self.name,
+                           "occupancy": len(self._inside), "crowded_at": threshold, "time": round(timestamp, 6),
+                           "frame": frame_index})
         return events
 
     def _event(self, kind: str, tid: int, name: str, cid: int, timestamp: float, frame: int) -> dict[str, Any]:

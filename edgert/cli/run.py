@@ -57,6 +57,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
     p.add_argument("--track", nargs="?", const="bytetrack", default=None, metavar="TRACKER",
                    help="track objects across frames (bytetrack by default; sort, ocsort): a track_id per box")
+    p.add_argument("--line", action="append", default=None, metavar="NAME:x1,y1,x2,y2[:in|out|both]",
+                   help="a counting line (repeatable; pixels or 0..1 fractions; :classes=A,B filters classes; "
+                        "needs --track; added to the config's analytics.lines)")
+    p.add_argument("--zone", action="append", default=None, metavar="NAME:x1,y1,x2,y2,x3,y3,...",
+                   help="a zone (repeatable; :crowded_at=N emits zone_crowded/zone_clear; :classes=A,B; "
+                        "needs --track; added to analytics.zones)")
     p.add_argument("--report", metavar="PATH.html",
                    help="write an HTML page with FPS, latency and watts over time and the summary at the end")
     g = p.add_argument_group("processing (runtime.processing, runtime.slots ...; docs/pipeline.md)")
@@ -164,8 +170,13 @@ def build_config(args: argparse.Namespace) -> Any:
         from edgert.config import TrackConfig
 
         track = _replace(track or TrackConfig(), {"tracker": "--track"}, tracker=args.track)
+    analytics = config.analytics
+    if getattr(args, "line", None) or getattr(args, "zone", None):
+        from edgert.analytics.rules import with_rules
+
+        analytics = with_rules(analytics, args.line or (), args.zone or ())
     config = _replace(config, {}, task=args.task, model=model, decode=decode, source=source, sources=sources,
-                      runtime=runtime, power=power, sinks=sinks, track=track)
+                      runtime=runtime, power=power, sinks=sinks, track=track, analytics=analytics)
     from edgert.cli.speech_flags import apply_asr_flags
 
     return apply_asr_flags(config, args)
@@ -181,6 +192,9 @@ def _speech(config: Any, args: argparse.Namespace) -> int:
 
     if getattr(args, "report", None):
         raise ConfigError(f"--report: detection runs only, not task {config.task}")
+    for flag in ("line", "zone"):
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag}: counting lines and zones follow tracked detections, not task {config.task}")
     return int(cli_run(config, args))
 
 
@@ -214,6 +228,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     drops = summary.get("drops") or {}
     lines.append(f"dropped    {summary.get('dropped', 0)}" + (f" ({', '.join(f'{k}: {v}' for k, v in drops.items())})"
                                                              if drops else ""))
+    undecodable = summary.get("undecodable") or {}
+    if undecodable:  # a damaged file's frames: not drops, the file lacked them
+        reasons = ", ".join(f"{k}: {v}" for k, v in undecodable.items())
+        lines.append(f"undecodable {sum(undecodable.values())} ({reasons})")
     per_class = summary.get("detections_per_class") or {}
     top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
     lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))

@@ -31,7 +31,11 @@ class PreloadedSource:
         self._limit = limit
         self._loop = loop
         self._frames: list[np.ndarray] = []
+        self._times: list[float | None] = []  # each stored frame's media time (the file's own)
+        self._pass_s = 0.0  # media time added per loop: the stored frames' span plus one frame
+        self._passes = 0
         self._next = 0
+        self.frame_time: float | None = None
         self._stopped = False
 
     def __getattr__(self, name: str) -> Any:  # uri, width, height, fps, skipped, reconnects, ...
@@ -44,11 +48,15 @@ class PreloadedSource:
             if frame is None:
                 break
             self._frames.append(frame.copy())
+            self._times.append(getattr(self._inner, "frame_time", None))
+        known = [t for t in self._times if t is not None]
+        if known:
+            self._pass_s = known[-1] + 1.0 / float(getattr(self._inner, "fps", None) or 30.0)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._frames = []
+        self._frames, self._times = [], []
         self._inner.__exit__(exc_type, exc, tb)
 
     @property
@@ -62,7 +70,10 @@ class PreloadedSource:
             if not self._loop:
                 return None
             self._next = 0
+            self._passes += 1
         frame = self._frames[self._next]
+        t = self._times[self._next]
+        self.frame_time = None if t is None else t + self._passes * self._pass_s
         self._next += 1
         if out is not None and out.shape == frame.shape and out.dtype == frame.dtype:
             np.copyto(out, frame)

@@ -69,7 +69,8 @@ class _Frame:
     detections: Any = None
     index: int = 0  # frame number within its source
     feed: int = 0  # which source
-    timestamp: float = 0.0
+    timestamp: float = 0.0  # wall clock at capture (time.time()), what sinks write
+    media_time: float = 0.0  # the frame's time on its source's clock: what analytics run on (sources.media_time)
     started: float = 0.0
     file: str | None = None
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
@@ -102,6 +103,7 @@ class _Feed:
         self.first_done: float | None = None
         self.last_done: float | None = None
         self.buffer_allocations = 0
+        self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
         self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
 
     def fps(self) -> float:
@@ -109,15 +111,19 @@ class _Feed:
             return 0.0
         return (self.done - 1) / (self.last_done - self.first_done)
 
+    def undecodable(self) -> dict[str, int]:
+        """Frames the source could not decode, by reason (a damaged file): not drops, the input lacked them."""
+        by_reason = getattr(self.source, "skipped_by_reason", None)
+        if by_reason:
+            return {str(k): int(v) for k, v in by_reason.items() if v}
+        skipped = int(getattr(self.source, "skipped", 0) or 0)
+        return {"corrupt_frames": skipped} if skipped else {}
+
     def drops(self) -> dict[str, int]:
+        """Frames that were there and not processed: stale live frames, frames a slow sink skipped."""
         out: dict[str, int] = {}
         if self.source.live and self.source.dropped:
             out["stale_frames"] = int(self.source.dropped)
-        by_reason = getattr(self.source, "skipped_by_reason", None)
-        if by_reason:
-            out.update({str(k): int(v) for k, v in by_reason.items() if v})
-        elif self.source.skipped:
-            out["corrupt_frames"] = int(self.source.skipped)
         for worker in self.workers:
             if worker.dropped:
                 out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
@@ -126,7 +132,10 @@ class _Feed:
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
-            "detections": self.detections, "drops": self.drops(),
+            "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
+            "time_base": time_base(self.source),
+            # seconds of the source's own time the run covered: the base for rates (crossings per minute)
+            "media_s": round(self.media_span[1] - self.media_span[0], 3) if self.media_span else 0.0,
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
             "sinks": [w.sink.uri for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
         }
@@ -137,6 +146,12 @@ class _Feed:
 
             out.update(stages_summary(self.stages))
         return out
+
+
+def time_base(source: Any) -> str:
+    from edgert.vision.sources import time_base as source_time_base
+
+    return source_time_base(source)
 
 
 class Pipeline:
@@ -266,6 +281,7 @@ class Pipeline:
                             start()
                     for feed in self._feeds:
                         stack.enter_context(feed.source)
+                    self._make_stages()  # bad lines and zones are refused before any sink truncates its file
                     self._open_sinks()
                     try:
                         self._allocate(processor)
@@ -389,11 +405,6 @@ class Pipeline:
         # and the sinks take the last; each one more adds one frame of latency.
         share = max(1, -(-processor.batch // len(self._feeds)))
         count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
-        if self.config.track is not None or self.config.analytics.enabled:
-            from edgert.analytics.stages import make_result_stages
-
-            for feed in self._feeds:  # each source its own tracks and counts
-                feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
             attach = getattr(feed.source, "attach", None)
             if attach is not None:  # a capture worker's ring: its slots are the frames' pixels, lent per frame
@@ -404,6 +415,14 @@ class Pipeline:
                                     for _ in range(count))
             for f in feed.frames:
                 feed.free.put(f)
+
+    def _make_stages(self) -> None:
+        if self.config.track is not None or self.config.analytics.enabled:
+            from edgert.analytics.stages import make_result_stages
+
+            for feed in self._feeds:  # each source its own tracks and counts, its lines checked on its frame
+                size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
+                feed.stages = make_result_stages(self.config, feed.source.fps, size, self._names, feed.name)
 
     @staticmethod
     def _frame_buffer(processor: Any, feed: _Feed) -> np.ndarray | None:
@@ -525,6 +544,7 @@ class Pipeline:
     # -- stages -------------------------------------------------------------------------------------
     def _capture(self, feed: _Feed) -> None:
         from edgert.errors import EdgertError
+        from edgert.vision.sources import media_time
 
         limit = self.config.runtime.max_frames
         source = feed.source
@@ -563,6 +583,7 @@ class Pipeline:
                     feed.buffer_allocations += not getattr(source, "lends_buffers", False)
                 f.started = t0
                 f.timestamp = time.time()
+                f.media_time = media_time(source, index, f.timestamp)
                 f.index = index
                 current = getattr(source, "current", None)
                 f.file = None if current is None else str(current)
@@ -676,7 +697,7 @@ class Pipeline:
         if feed.stages:
             from edgert.analytics.stages import run_stages
 
-            detections, events = run_stages(feed.stages, detections, f.index, f.timestamp)
+            detections, events = run_stages(feed.stages, detections, f.index, f.media_time)
             if len(self._feeds) > 1:
                 for event in events:
                     event["source"] = feed.name
@@ -703,6 +724,7 @@ class Pipeline:
         if feed.first_done is None:
             feed.first_done = done
         feed.last_done = done
+        feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
         if self.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
             self._update_drops()
         if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
@@ -721,7 +743,8 @@ class Pipeline:
     def _draw_analytics(self, pixels: np.ndarray, feed: _Feed) -> None:
         from edgert.vision.draw import draw_analytics
 
-        analytics = self.config.analytics
+        analytics = getattr(getattr(feed.stages[-1], "analytics", None), "config", None) if feed.stages else None
+        analytics = analytics or self.config.analytics  # the lines and zones as checked for this source (pixels)
         counts = feed.stages[-1].summary().get("counts") if feed.stages else None
         draw_analytics(pixels, analytics.lines, analytics.zones, counts)
 
@@ -757,6 +780,19 @@ class Pipeline:
             return "max_frames"
         return "end of input"
 
+    def _undecodable(self) -> dict[str, int]:
+        """Every source's undecodable frames by reason (counted apart from ``drops``: they never existed)."""
+        totals: dict[str, int] = {}
+        for feed in self._feeds:
+            for reason, n in feed.undecodable().items():
+                totals[reason] = totals.get(reason, 0) + n
+        return totals
+
+    def _time_base(self) -> Any:
+        """What the analytics' times are: one word for the run, or one per source when they differ."""
+        bases = {feed.name: time_base(feed.source) for feed in self._feeds}
+        return next(iter(bases.values())) if len(set(bases.values())) == 1 else bases
+
     def summary(self, wall_s: float | None = None) -> dict[str, Any]:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
         drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
@@ -783,10 +819,12 @@ class Pipeline:
             "latency_ms": stats.latency_ms(),
             "dropped": stats.dropped,
             "drops": dict(stats.drops),
+            "undecodable": self._undecodable(),
             "reconnects": sum(int(getattr(feed.source, "reconnects", 0)) for feed in feeds),
             "detections": stats.detections,
             "detections_per_class": per_class,
             "stopped_by": self.stopped_by(),
+            "time_base": self._time_base(),
             "slots": len(processor.slots) if processor is not None else 0,
             "batch": getattr(processor, "batch", 1),
             "frames_in_flight": len(self.frames),

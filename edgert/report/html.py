@@ -2,8 +2,8 @@
 
 :func:`attach_report` adds a :class:`ReportObserver` (a :class:`~edgert.report.series.SeriesRecorder`)
 to a pipeline's observers; when the run ends, its ``on_stop`` writes one self-contained page
-(:mod:`edgert.report.page`) with FPS, per-stage latency p50/p99, watts (with the power budget line)
-and drops over time, and the run's summary as a table.
+(:mod:`edgert.report.page`) with FPS (and, with several sources, FPS and drops per source), per-stage
+latency p50/p99, watts (with the power budget line) and drops over time, and the run's summary as a table.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
         fps.hline(f"average {fmt(float(avg), 3)} fps", float(avg), "#666666")
     parts.append(fps.svg())
 
+    parts.extend(_per_source(series, x, x_label, x_range))
+
     latency = series.get("latency_ms", {})
     for q, name in (("p50", "median"), ("p99", "99th percentile")):
         plot = Plot(f"Latency per stage, {name} ({q}) of each interval", x_label=x_label, y_label="ms",
@@ -103,6 +105,30 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
     backend = summary.get("backend")
     return page(heading, "\n".join(parts), subtitle=f"backend {backend}" if backend else "",
                 data={"series": series, "summary": summary, "budget_w": budget_w})
+
+
+def _per_source(series: Mapping[str, Any], x: list[float], x_label: str,
+                x_range: tuple[float, float] | None) -> list[str]:
+    """With several sources: each one's FPS over time, and its drops when it had any."""
+    sources = series.get("sources") or {}
+    if len(sources) < 2:
+        return []
+    parts = []
+    plot = Plot("Frames per second, per source", x_label=x_label, y_label="FPS", chart_id="fps-per-source",
+                x_range=x_range)
+    for k, (name, points) in enumerate(sorted(sources.items())):
+        plot.line(f"source {name}", x, points.get("fps", []), PALETTE[k % len(PALETTE)], width=1.8)
+    parts.append(plot.svg())
+    if any(max(points.get("dropped") or [0]) > 0 for points in sources.values()):
+        drops = Plot("Dropped frames per source (cumulative)", x_label=x_label, y_label="frames",
+                     chart_id="dropped-per-source", x_range=x_range)
+        for k, (name, points) in enumerate(sorted(sources.items())):
+            drops.line(f"source {name}", x, points.get("dropped", []), PALETTE[k % len(PALETTE)])
+        parts.append(drops.svg())
+    parts.append('<p class="note">Per source: each source\'s own frames over each interval (its figures are '
+                 "refreshed every 10 of its frames); the counts of lines and zones per source are in the "
+                 "summary's <code>counts</code> and <code>sources</code>.</p>")
+    return parts
 
 
 class ReportObserver(SeriesRecorder):

@@ -79,6 +79,9 @@ class SeriesRecorder(BaseObserver):
         self._last_frames = 0
         self._last_counts = [0] * s  # each stage ring's count at the previous point
         self._merges = 0
+        # per source (a run with several): cumulative frames and drops at each point, from stats.sources
+        self._src_frames: dict[str, np.ndarray] = {}
+        self._src_dropped: dict[str, np.ndarray] = {}
 
     # -- observer -----------------------------------------------------------------------------------
     def on_start(self, info: dict[str, Any]) -> None:
@@ -97,6 +100,22 @@ class SeriesRecorder(BaseObserver):
     def on_stop(self, summary: dict[str, Any]) -> None:
         if self._stats is not None and self._stats.frames > self._last_frames:
             self.sample(self.clock())  # the frames after the last full interval
+        self._final_sources(summary)
+
+    def _final_sources(self, summary: dict[str, Any]) -> None:
+        """The last point's per-source figures from the summary: exact, where the live ones lag."""
+        with self._lock:
+            i = self._n - 1
+            if i < 0:
+                return
+            for source in summary.get("sources") or []:
+                if not isinstance(source, dict) or "name" not in source:
+                    continue
+                name = str(source["name"])
+                frames_of = self._src_frames.setdefault(name, np.zeros(self.max_points, np.int64))
+                dropped_of = self._src_dropped.setdefault(name, np.zeros(self.max_points, np.int64))
+                frames_of[i] = int(source.get("frames", 0))
+                dropped_of[i] = int(sum((source.get("drops") or {}).values()))
 
     # -- recording ----------------------------------------------------------------------------------
     def start(self, stats: PipelineStats) -> None:
@@ -120,6 +139,7 @@ class SeriesRecorder(BaseObserver):
                      for stage, since in zip(STAGES, self._last_counts)]
         watts = stats.watts
         dropped = stats.dropped
+        sources = dict(stats.sources)  # the pipeline replaces the dict, never edits it: a consistent snapshot
         with self._lock:
             if self._n == self.max_points:
                 self._halve()
@@ -133,6 +153,11 @@ class SeriesRecorder(BaseObserver):
             for k, (p50, p99) in enumerate(quantiles):
                 self._p50[i, k] = p50
                 self._p99[i, k] = p99
+            for name, figures in sources.items():
+                frames_of = self._src_frames.setdefault(name, np.zeros(self.max_points, np.int64))
+                dropped_of = self._src_dropped.setdefault(name, np.zeros(self.max_points, np.int64))
+                frames_of[i] = int(figures.get("frames", 0))
+                dropped_of[i] = int(figures.get("dropped", 0))
             self._n += 1
             self._last_t, self._last_frames, self._last_counts = now, frames, counts
 
@@ -157,6 +182,10 @@ class SeriesRecorder(BaseObserver):
         self._t[:h] = self._t[b]
         self._frames[:h] = self._frames[b]
         self._dropped[:h] = self._dropped[b]
+        for arrays in (self._src_frames, self._src_dropped):
+            for values in arrays.values():
+                values[:h] = values[b]
+                values[h:] = 0
         self._watts[h:] = np.nan
         self._p50[h:] = np.nan
         self._p99[h:] = np.nan
@@ -183,8 +212,21 @@ class SeriesRecorder(BaseObserver):
                 "dropped": [int(v) for v in self._dropped[:n]],
                 "latency_ms": {stage: {"p50": _json_list(self._p50[:n, k]), "p99": _json_list(self._p99[:n, k])}
                                for k, stage in enumerate(STAGES)},
+                "sources": {name: self._source_points(name, n) for name in sorted(self._src_frames)},
             }
         return out
+
+    def _source_points(self, name: str, n: int) -> dict[str, Any]:
+        """One source's frames, FPS (its frames over each interval) and drops at each point; lock held.
+
+        The pipeline refreshes a source's figures every 10 of its frames, so these lag by up to 10 frames."""
+        frames = self._src_frames[name][:n]
+        t = self._t[:n]
+        spans = np.diff(np.concatenate(([0.0], t)))
+        done = np.diff(np.concatenate(([0], frames))).astype(np.float64)
+        fps = np.where(spans > 0, done / np.where(spans > 0, spans, 1.0), 0.0)
+        return {"frames": [int(v) for v in frames], "fps": _json_list(np.maximum(fps, 0.0)),
+                "dropped": [int(v) for v in self._src_dropped[name][:n]]}
 
 
 def _weighted(x: np.ndarray, y: np.ndarray, wx: np.ndarray, wy: np.ndarray) -> np.ndarray:

@@ -140,6 +140,38 @@ class Detections:
             out[name] = out.get(name, 0) + 1
         return out
 
+    def to_supervision(self) -> Any:
+        """These boxes as a ``supervision.Detections`` (for its annotators, ``LineZone``, ``PolygonZone``):
+        ``xyxy``, ``confidence``, ``class_id``, ``tracker_id`` (None before tracking) and the class names in
+        ``data["class_name"]``. supervision is imported here only (``pip install supervision``)."""
+        from edgert._lazy import lazy_import
+
+        sv = lazy_import("supervision", "Detections.to_supervision")
+        return sv.Detections(
+            xyxy=self.xyxy.astype(np.float32, copy=True),
+            confidence=self.confidence.copy(),
+            class_id=self.class_id.astype(int),
+            tracker_id=None if self.track_id is None else self.track_id.astype(int),
+            data={"class_name": np.array(self.class_names(), dtype=str)},
+        )
+
+    @classmethod
+    def from_supervision(cls, detections: Any, names: Sequence[str] = (),
+                         image: np.ndarray | None = None) -> Detections:
+        """Detections from a ``supervision.Detections``; missing confidences are 1.0, missing class ids 0,
+        ``tracker_id`` becomes ``track_id``. ``names`` is the class-name table (supervision keeps none)."""
+        xyxy = np.asarray(getattr(detections, "xyxy", None) if detections is not None else None)
+        if xyxy.dtype == object or xyxy.ndim == 0:
+            raise InputError("Detections.from_supervision: expected a supervision.Detections (with xyxy), got "
+                             f"{type(detections).__name__}")
+        n = int(xyxy.reshape(-1, 4).shape[0]) if xyxy.size else 0
+        confidence = detections.confidence
+        class_id = detections.class_id
+        return cls(xyxy.reshape(n, 4),
+                   np.ones(n, np.float32) if confidence is None else confidence,
+                   np.zeros(n, np.int32) if class_id is None else class_id,
+                   tuple(names), getattr(detections, "tracker_id", None), image)
+
     def to_records(self) -> list[dict[str, Any]]:
         """JSON-ready dicts: box rounded to 0.1 px, confidence to 4 decimals; ``track_id`` once tracked."""
         boxes = np.round(self.xyxy.astype(np.float64), 1).tolist()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import glob
 import logging
+import math
 import os
 import re
 import stat
@@ -66,10 +67,12 @@ __all__ = [
     "VideoFileSource",
     "csi_pipeline",
     "gstreamer_available",
+    "media_time",
     "open_source",
     "register_source",
     "rtsp_pipeline",
     "source_help",
+    "time_base",
 ]
 
 log = logging.getLogger(__name__)
@@ -199,7 +202,15 @@ class FrameSource(abc.ABC):
         #: Whether the input ended before its end (damage): ``end_reason`` then says why.
         self.ended_early = False
         self.stalls = 0  # times no frame came within the read timeout
+        #: Media time (seconds) of the frame ``read()`` last returned, on the source's own clock (a file's
+        #: timestamps, a live source's capture clock); None: the source has none (the pipeline then counts
+        #: frames at ``fps``). Analytics (dwell, track ages) run on it; :data:`time_base` says which it is.
+        self.frame_time: float | None = None
         self._opened = False
+
+    #: What ``frame_time`` is, for summaries: "media" (a file's own timestamps, or frame index / fps) or
+    #: "capture clock" (live sources: wall-clock seconds when the frame arrived).
+    time_base: str = "media"
 
     @abc.abstractmethod
     def open(self) -> None:
@@ -241,6 +252,25 @@ class FrameSource(abc.ABC):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def media_time(source: Any, index: int, clock: float) -> float:
+    """Media time of frame ``index`` (the pipeline's count) just read from ``source``: the source's own
+    ``frame_time``; else, for a file, ``index / fps`` (30 when it has no rate), for a live source ``clock``.
+    Any object with ``read()`` may be a source; one without these attributes is judged by ``live``."""
+    t = getattr(source, "frame_time", None)
+    if t is not None:
+        return float(t)
+    if getattr(source, "live", False):
+        return clock
+    return index / float(getattr(source, "fps", None) or 30.0)
+
+
+def time_base(source: Any) -> str:
+    """What :func:`media_time` is for ``source``, as summaries say it: "media" or "capture clock"."""
+    if getattr(source, "live", False):
+        return "capture clock"
+    return str(getattr(source, "time_base", None) or "media")
 
 
 def _into(out: np.ndarray | None, frame: np.ndarray) -> np.ndarray:
@@ -356,6 +386,23 @@ class VideoFileSource(FrameSource):
         self._calls: _BlockingCalls | None = None
         self._direct = False  # a regular file: read in the caller's thread
         self._stopping = False
+        self._time_offset = 0.0  # media time of the passes before this one (a looped file keeps counting up)
+        self._first_time = 0.0
+
+    def _stamp(self, cap: Any) -> None:
+        """``frame_time`` of the frame just read: the container's timestamp, or its place / fps when the
+        container has none (or goes backwards); frames that failed to decode still take their time slot."""
+        cv2 = _cv2()
+        fps = self.fps or float(cap.get(cv2.CAP_PROP_FPS) or 0.0) or 30.0
+        by_index = (self._consumed - 1) / fps
+        try:
+            msec = float(cap.get(cv2.CAP_PROP_POS_MSEC))
+        except Exception:  # a backend without positions: the frame's place is its time
+            msec = float("nan")
+        t = msec / 1000.0 if math.isfinite(msec) and msec >= 0 else by_index
+        if self._consumed > 1 and t <= 0.0:
+            t = by_index  # no timestamps in this container
+        self.frame_time = self._time_offset + t
 
     def open(self) -> None:
         if not self.path.exists():
@@ -383,6 +430,8 @@ class VideoFileSource(FrameSource):
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = fps if fps > 0 else None
         self._frame_count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self._time_offset = 0.0
+        self._first_time = max(0.0, float(cap.get(cv2.CAP_PROP_POS_MSEC) or 0.0) / 1000.0)
         self._opened = True
         log.info("opened video %s: %dx%d at %s fps, %d frames", self.path, self.width, self.height,
                  self.fps, self._frame_count)
@@ -405,6 +454,7 @@ class VideoFileSource(FrameSource):
         if self._first is not None:
             first, self._first = self._first, None
             self._consumed += 1
+            self.frame_time = self._first_time
             return _into(out, first)
         if self._direct:
             if self._stopping:
@@ -440,6 +490,7 @@ class VideoFileSource(FrameSource):
                 # Failed reads followed by a good one were damaged frames inside the file: counted skips.
                 self.skip(SKIP_UNDECODABLE, bad)
                 self._consumed += bad + 1
+                self._stamp(self._cap)
                 return frame  # type: ignore[no-any-return]
             # OpenCV's position counts decoded frames only; ours also counts the undecodable ones.
             if self._frame_count and self._consumed + bad < self._frame_count - 1 and bad < MAX_CONSECUTIVE_BAD_FRAMES:
@@ -457,6 +508,7 @@ class VideoFileSource(FrameSource):
                           f"({lost} frames lost)")
                 log.warning("%s: %s", self.path, reason)
             if self.loop and self._consumed > 0:
+                self._time_offset = (self.frame_time or 0.0) + 1.0 / (self.fps or 30.0)
                 self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                 self._consumed = 0
                 bad = 0
@@ -577,6 +629,7 @@ class LiveSource(FrameSource):
 
     live = True
     kind = "live"
+    time_base = "capture clock"
 
     def __init__(self, uri: str, opener: Callable[[], Any], backoff: float = 0.5, max_backoff: float = 10.0,
                  first_frame_timeout: float = 15.0, kind: str = "live", timeout: float | None = None) -> None:
@@ -589,6 +642,7 @@ class LiveSource(FrameSource):
         self.timeout = timeout if timeout is not None else LIVE_TIMEOUT_S
         self._cond = threading.Condition()
         self._latest: np.ndarray | None = None
+        self._latest_time: float | None = None
         self._fresh = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -621,6 +675,7 @@ class LiveSource(FrameSource):
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = fps if 0 < fps < 1000 else None
         self._latest = frame
+        self._latest_time = time.time()
         self._fresh = True
         self._stopping.clear()
         self._start_grabber(cap, np.empty_like(frame))
@@ -680,6 +735,7 @@ class LiveSource(FrameSource):
                     latest = self._latest
                     spare = latest if latest is not None and latest.shape == frame.shape else None
                     self._latest = frame
+                    self._latest_time = time.time()  # the capture clock: when the frame arrived
                     self._fresh = True
                     self.frames_grabbed += 1
                     self._cond.notify_all()
@@ -709,6 +765,7 @@ class LiveSource(FrameSource):
             self._fresh = False
             if frame is None:
                 return None
+            self.frame_time = self._latest_time
             # Copy under the lock: the grabber may reuse this buffer as soon as we let go.
             if out is not None and out.shape == frame.shape and out.dtype == frame.dtype:
                 np.copyto(out, frame)

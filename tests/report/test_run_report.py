@@ -65,3 +65,26 @@ def test_unwritable_targets_are_one_line_errors(tmp_path: Path) -> None:
         write_page(tmp_path / "d.html", "<p>x</p>")
     assert "\n" not in str(info.value)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_run_of_two_sources_charts_each_source(tmp_path: Path) -> None:
+    a = make_video(tmp_path / "a.avi", frames=40, size=(96, 64))
+    b = make_video(tmp_path / "b.avi", frames=20, size=(96, 64))
+    model = tiny_detector(tmp_path / "tiny.onnx")
+    config = PipelineConfig(model=ModelConfig(path=str(model)),
+                            sources=(SourceConfig(uri=str(a), name="door"), SourceConfig(uri=str(b), name="yard")),
+                            power=PowerConfig(meter="null"))
+    path = tmp_path / "run.html"
+    observers: list[object] = []
+    attach_report(observers, path)
+    summary = Pipeline(config, observers=observers, handle_signals=False).run()  # type: ignore[arg-type]
+    text = path.read_text(encoding="utf-8")
+    series = _embedded(text)["series"]
+    assert 'data-chart="fps-per-source"' in text and "source door" in text and "source yard" in text
+    per_source = series["sources"]
+    assert sorted(per_source) == ["door", "yard"]
+    # the last point holds each source's own total, as the summary has it
+    assert [per_source[n]["frames"][-1] for n in ("door", "yard")] == [40, 20]
+    assert [s["frames"] for s in summary["sources"]] == [40, 20]
+    assert all(len(p["fps"]) == series["points"] for p in per_source.values())
+    assert all(v is not None and v >= 0 for p in per_source.values() for v in p["fps"])

@@ -103,8 +103,12 @@ def test_run_cli_on_a_damaged_video_counts_the_frames_and_warns_once(tmp_path: P
     with open_source(str(video)) as source:
         delivered = _drain(source)
     assert summary["frames"] == delivered < FRAMES
-    # Every lost frame is counted, by reason: the damaged frames in the middle and the undecodable end.
-    assert summary["drops"] == source.skipped_by_reason and sum(summary["drops"].values()) == FRAMES - delivered
+    # Every lost frame is counted, by reason: the damaged frames in the middle and the undecodable end; as
+    # undecodable frames, not as drops (the pipeline dropped nothing: the file lacked them).
+    assert summary["undecodable"] == source.skipped_by_reason
+    assert sum(summary["undecodable"].values()) == FRAMES - delivered
+    assert summary["dropped"] == 0 and summary["drops"] == {}
+    assert summary["sources"][0]["undecodable"] == source.skipped_by_reason and summary["sources"][0]["drops"] == {}
     assert summary["stopped_by"].startswith("damaged video: no frame decodes after frame")
     assert r.stderr.count("cannot be decoded") == 1  # once, not once per failed read
     assert r.stderr.count("damaged video: no frame decodes after frame") == 1
