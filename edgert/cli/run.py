@@ -218,8 +218,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("watts") is not None:
         energy = f", {summary['mj_per_frame']:.1f} mJ/frame" if summary.get("mj_per_frame") is not None else ""
         lines.append(f"power      {summary['watts']:.2f} W{energy}")
+    notes = summary.get("sink_notes") or {}
     if summary.get("sinks"):
-        lines.append(f"sinks      {', '.join(summary['sinks'])}")
+        lines.append("sinks      " + ", ".join(f"{uri} ({notes[uri]})" if uri in notes else str(uri)
+                                               for uri in summary["sinks"]))
     return "\n".join(lines)
 
 

@@ -784,6 +784,9 @@ class Pipeline:
             summary.update(stages_summary(staged[0].stages))
         elif staged:
             summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
+        notes = {w.sink.uri: w.sink.note for w in self._workers if getattr(w.sink, "note", None)}
+        if notes:
+            summary["sink_notes"] = notes  # what a sink wrote, e.g. a video's codec (a fallback says so)
         lost = {w.sink.uri: w.lost for w in self._workers if getattr(w, "lost", 0)}
         if lost:
             summary["lost"] = lost  # frames a failed sink did not write
