@@ -153,3 +153,14 @@ def test_every_block_is_found_and_markers_are_recognised() -> None:
     readme_lines = [c for doc, _, text in found if doc == "README.md" for c in commands(text)]
     assert any("sudo jetson/install.sh" in c and MARKER.search(c) for c in readme_lines)
     assert all(not c.lstrip().startswith("sudo") or MARKER.search(c) for _, _, t in found for c in commands(t))
+
+
+def test_the_pip_stand_in_refuses_an_extra_that_does_not_exist(tmp_path: Path) -> None:
+    """So a README that names a wrong extra fails its block."""
+    _shims(tmp_path / "bin", ROOT)
+    ok = subprocess.run([str(tmp_path / "bin" / "pip"), "install", "-q", "-e", ".[cpu,opencv,video]"],
+                        capture_output=True, text=True)
+    bad = subprocess.run([str(tmp_path / "bin" / "pip"), "install", "-e", ".[cpu,nosuch]"],
+                         capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert bad.returncode != 0 and "nosuch" in bad.stderr
