@@ -4,8 +4,8 @@
 a short clip, cut from the assets (whose provenance and licences ``../shared/assets/README.md`` gives):
 
 - ``nanodet-m-416-int8w.onnx``: NanoDet-m COCO (``models/detection/nanodet-m-416-coco-v8layout.onnx``) with
-  every Conv weight stored as symmetric per-output-channel INT8, cast back and scaled in front of the
-  Conv (folded at load), so it computes in float32 on any ONNX Runtime (weight-only quantization: 15 MB
+  every Conv weight stored as symmetric per-output-channel INT8 and a ``DequantizeLinear`` in front of the
+  Conv, so it computes in float32 on ONNX Runtime and builds on TensorRT (weight-only quantization: 15 MB
   -> about 4 MB). The activations, the -inf padding, the decoding tail and the biases stay float32.
 - ``vtest-384x288.mp4``: the first ``--frames`` frames of ``video/vtest.avi`` (768x576, 10 fps) at half size,
   H.264 through PyAV's libx264 (``pip install av``), which every OpenCV with FFmpeg decodes.
@@ -35,7 +35,7 @@ VIDEO_OUT = "vtest-384x288.mp4"
 
 
 def quantize_weights(src: Path, dst: Path) -> None:
-    """Conv weights -> INT8 (per output channel, symmetric, scale = max|w| / 127), then Cast and Mul back."""
+    """Conv weights -> INT8 (per output channel, symmetric, scale = max|w| / 127) + DequantizeLinear."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -53,16 +53,16 @@ def quantize_weights(src: Path, dst: Path) -> None:
         scale[scale == 0] = 1.0  # an all-zero channel: any scale gives zeros
         q = np.clip(np.round(w / scale.reshape(-1, *([1] * (w.ndim - 1)))), -127, 127).astype(np.int8)
         graph.initializer.remove(init)
-        shape = [-1] + [1] * (w.ndim - 1)
         graph.initializer.extend([numpy_helper.from_array(q, f"{name}_int8"),
-                                  numpy_helper.from_array(scale.astype(np.float32).reshape(shape), f"{name}_scale")])
-        # Cast + Mul rather than DequantizeLinear: ONNX Runtime and TensorRT fold constant arithmetic at
-        # load, so the model runs at FP32 speed; a DequantizeLinear is kept as such (ORT: 2x slower here).
-        new_nodes += [helper.make_node("Cast", [f"{name}_int8"], [f"{name}_f32"], name=f"{name}_cast", to=1),
-                      helper.make_node("Mul", [f"{name}_f32", f"{name}_scale"], [name], name=f"{name}_dequantize")]
+                                  numpy_helper.from_array(scale.astype(np.float32), f"{name}_scale")])
+        # DequantizeLinear, not Cast + Mul: TensorRT accepts an INT8 constant only in front of a
+        # DequantizeLinear (weight-only quantization; TensorRT-RTX builds this model), and ONNX Runtime runs
+        # it everywhere (it dequantizes on each run: slower than FP32 on a CPU, still real-time on the clip).
+        new_nodes.append(helper.make_node("DequantizeLinear", [f"{name}_int8", f"{name}_scale"], [name],
+                                          name=f"{name}_dequantize", axis=0))
     nodes = list(graph.node)
     del graph.node[:]
-    graph.node.extend(new_nodes + nodes)  # the weights' Cast and Mul first: the graph stays sorted
+    graph.node.extend(new_nodes + nodes)  # the weights' DequantizeLinear first: the graph stays sorted
     meta = {p.key: p.value for p in model.metadata_props}
     meta.update({"edgert_demo": "NanoDet-m COCO, INT8 weights (scripts/make_demo_data.py)"})
     del model.metadata_props[:]

@@ -163,3 +163,15 @@ def test_packaged_demo_data_is_small_and_licensed() -> None:
     text = (data / "LICENSES").read_text(encoding="utf-8")
     assert "Apache License 2.0" in text and "nanodet-m-416-int8w.onnx" in text and "vtest-384x288.mp4" in text
     assert os.path.exists(ROOT / "scripts" / "make_demo_data.py")
+
+
+def test_the_packaged_model_builds_on_tensorrt(tmp_path: Path) -> None:
+    """INT8 weights behind DequantizeLinear: TensorRT's weight-only form (a Jetson's demo builds it)."""
+    pytest.importorskip("tensorrt_rtx")
+    from tests.helpers import run_cli
+
+    r = run_cli("build", str(ROOT / "edgert" / "demo_data" / "nanodet-m-416-int8w.onnx"), "--backend",
+                "tensorrt-rtx", "-o", str(tmp_path / "demo.engine"), timeout=300,
+                env={"EDGERT_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "demo.engine").stat().st_size > 1_000_000
