@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from edgert.cli.run import execute, format_summary
-    from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+    from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
     from edgert.errors import ConfigError
 
     model, video, which = demo_inputs()
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     config = PipelineConfig(
         model=ModelConfig(path=str(model), backend=args.backend, threads=args.threads or 0),
         source=SourceConfig(uri=str(video)),
+        decode=DecodeConfig(conf=0.35, iou=0.45, max_det=100),  # as configs/nanodet-vtest.yaml
         sinks=(args.out, *(args.sink or ())),
         runtime=RuntimeConfig(max_frames=args.max_frames),
     )
