@@ -594,7 +594,44 @@ def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
         loader.dispose()
     if data is None:
         data = {}
-    return from_mapping(cls, data, _Where(str(p), lines, p.resolve().parent))
+    loaded = from_mapping(cls, data, _Where(str(p), lines, p.resolve().parent))
+    if isinstance(loaded, PipelineConfig):
+        loaded = _rebase_paths(loaded, p.resolve().parent)
+    return loaded
+
+
+def _rebase(text: str, base: Path) -> str:
+    """A relative local path (or ``file://``/``jsonl://`` path) in a file made relative to ``base``; URIs of
+    other schemes, ``-``, camera indices, ``~`` and absolute paths as they are."""
+    for prefix in ("jsonl://", "file://"):
+        if text.startswith(prefix):
+            rest = text[len(prefix):]
+            return text if rest in ("", "-") else prefix + _rebase(rest, base)
+    if not text or text == "-" or "://" in text or text.isdigit() or text.startswith(("/", "~")):
+        return text
+    return str(base / text)
+
+
+def _rebase_paths(config: PipelineConfig, base: Path) -> PipelineConfig:
+    """Paths in a YAML file follow the file, not the working directory (as ``decode.names`` and recipes do):
+    model, engine cache, sources, sinks (a source's own too) and the speech models."""
+    def source(s: SourceConfig) -> SourceConfig:
+        return dataclasses.replace(s, uri=_rebase(s.uri.strip(), base) if s.uri.strip() else s.uri,
+                                   sinks=tuple(_rebase(x, base) for x in s.sinks))
+
+    model = config.model
+    model = dataclasses.replace(model, path=_rebase(model.path, base),
+                                engine_cache=_rebase(model.engine_cache, base) if model.engine_cache else None)
+    sp = config.speech
+    speech = dataclasses.replace(
+        sp, vad=dataclasses.replace(sp.vad, model=_rebase(sp.vad.model, base)),
+        wakeword=dataclasses.replace(sp.wakeword, models=tuple(_rebase(m, base) for m in sp.wakeword.models),
+                                     melspec=_rebase(sp.wakeword.melspec, base),
+                                     embedding=_rebase(sp.wakeword.embedding, base)),
+        asr=dataclasses.replace(sp.asr, model=_rebase(sp.asr.model, base)))
+    return dataclasses.replace(config, model=model, source=source(config.source),
+                               sources=tuple(source(s) for s in config.sources),
+                               sinks=tuple(_rebase(x, base) for x in config.sinks), speech=speech)
 
 
 #: Stage configs that may be given as one string in YAML, and the field the string fills:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install what edgert needs on a JetPack system, or (--check) only report what is missing.
 #
-#   sudo jetson/install.sh                 # apt packages, /opt/edgert/venv, pip install 'edgert[gpu]'
+#   sudo jetson/install.sh                 # apt packages, /opt/edgert/venv, edgert[gpu] from this checkout
 #   jetson/install.sh --check              # report only; changes nothing, needs no root
-#   sudo jetson/install.sh --from .        # install edgert from this checkout instead of PyPI
+#   sudo jetson/install.sh --from dist/edgert-0.1.0-py3-none-any.whl   # or a wheel (python -m build)
 #
 # Idempotent: every step checks first and does only what is missing. The virtualenv is made with
 # --system-site-packages so JetPack's TensorRT bindings (python3-libnvinfer) and its GStreamer-enabled
@@ -27,7 +27,8 @@ usage() {
 Options:
   --check          report what is missing, change nothing (exit 0: complete, 1: something missing)
   --prefix DIR     where the virtualenv goes: DIR/venv (default $PREFIX)
-  --from SPEC      what pip installs: a path to an edgert checkout or a requirement (default: edgert[EXTRAS])
+  --from SPEC      what pip installs: an edgert checkout, a wheel, or a requirement such as edgert (PyPI, once
+                   published) (default: the checkout this script is in)
   --extras LIST    edgert extras (default: $EXTRAS)
   --upgrade        reinstall edgert even when the virtualenv already has it
   --force          install on a machine that is not a Jetson
@@ -210,8 +211,10 @@ elif ! grep -qs "^include-system-site-packages *= *true" "$VENV/pyvenv.cfg"; the
 fi
 
 if [ "$UPGRADE" = 1 ] || ! "$VENV/bin/edgert" --version >/dev/null 2>&1; then
-    if [ -z "$SPEC" ]; then
-        SPEC="edgert[$EXTRAS]"
+    if [ -z "$SPEC" ]; then  # edgert is not on PyPI (yet): install the checkout this script came with
+        SPEC="$(cd "$(dirname "$0")/.." && pwd)[$EXTRAS]"
+    elif [ -f "$SPEC" ] && [ "${SPEC%.whl}" != "$SPEC" ]; then
+        SPEC="$(cd "$(dirname "$SPEC")" && pwd)/$(basename "$SPEC")[$EXTRAS]"
     elif [ -d "$SPEC" ]; then
         SPEC="$(cd "$SPEC" && pwd)[$EXTRAS]"
     fi

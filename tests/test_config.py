@@ -35,7 +35,7 @@ def test_good_config_loads_with_types(tmp_path: Path) -> None:
     assert cfg.preprocess.size == (416, 416)
     assert cfg.preprocess.mean == (0.1, 0.2, 0.3)
     assert cfg.decode.classes == (0, 2)
-    assert cfg.sinks == ("jsonl://-", "out.mp4")
+    assert cfg.sinks == ("jsonl://-", str(tmp_path.resolve() / "out.mp4"))  # paths follow the file
     assert cfg.decode.iou == DecodeConfig().iou  # defaults fill the rest
 
 
@@ -91,7 +91,7 @@ def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
 
 def test_model_and_source_as_strings(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "model: yolov8n.onnx\nsource: /dev/video0\n"))
-    assert cfg.model.path == "yolov8n.onnx" and cfg.model.backend == "auto"
+    assert cfg.model.path == str(tmp_path.resolve() / "yolov8n.onnx") and cfg.model.backend == "auto"
     assert cfg.source.uri == "/dev/video0" and cfg.source.loop is False
     with pytest.raises(ConfigError, match=r"pipeline.yaml:1: source: expected a string \(uri\) or a mapping, got"):
         load_config(write(tmp_path, "source: [1]\n"))
@@ -128,3 +128,28 @@ def test_bad_labels_file_names_file_line_and_key(tmp_path: Path, labels: str | N
     with pytest.raises(ConfigError, match=expected) as err:
         load_config(write(tmp_path, "decode:\n  conf: 0.3\n  names: missing.txt\n"))
     assert "\n" not in str(err.value)
+
+
+def test_paths_in_a_file_follow_the_file_not_the_working_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    path = folder / "p.yaml"
+    path.write_text(
+        "model: {path: models/m.onnx, engine_cache: engines}\n"
+        "source: clips/in.mp4\n"
+        "sinks: [out/a.mp4, 'jsonl://out/a.jsonl', 'jsonl://-', /abs/b.jsonl, 'http://127.0.0.1:8080', "
+        "'frames/?every=10', '~/x.mp4']\n"
+        "sources: []\n"
+    )
+    base = folder.resolve()
+    cfg = load_config(path)
+    assert cfg.model.path == str(base / "models/m.onnx") and cfg.model.engine_cache == str(base / "engines")
+    assert cfg.source.uri == str(base / "clips/in.mp4")
+    assert cfg.sinks == (str(base / "out/a.mp4"), f"jsonl://{base}/out/a.jsonl", "jsonl://-", "/abs/b.jsonl",
+                         "http://127.0.0.1:8080", f"{base}/frames/?every=10", "~/x.mp4")
+    path.write_text("source: {uri: '0'}\nsources: []\n")  # a camera index is not a path
+    assert load_config(path).source.uri == "0"
+    path.write_text("sources: [{uri: a.mp4, sinks: [o.mp4]}, {uri: 'rtsp://cam/1'}]\n")
+    first, second = load_config(path).sources
+    assert first.uri == str(base / "a.mp4") and first.sinks == (str(base / "o.mp4"),)
+    assert second.uri == "rtsp://cam/1"

@@ -21,7 +21,10 @@ import numpy as np
 from edgert.errors import BackendError, InputError, ModelError
 from edgert.types import TensorSpec
 
-__all__ = ["Backend", "BackendProbe", "Session", "SessionOptions"]
+__all__ = ["ENGINE_SUFFIXES", "Backend", "BackendProbe", "Session", "SessionOptions"]
+
+#: What TensorRT engines are called (``edgert build -o``, trtexec, DeepStream).
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def open(self, model: str | Path, options: SessionOptions | None = None) -> Session:
         """Load ``model`` and allocate its buffers."""
+
+    def _onnx_path(self, model: str | Path) -> Path:
+        """:meth:`_model_path` for a backend that runs ONNX only: a TensorRT engine is refused in one line
+        (ONNX Runtime would say INVALID_PROTOBUF)."""
+        path = self._model_path(model)
+        if path.suffix.lower() in ENGINE_SUFFIXES:
+            raise ModelError(f"{path}: a TensorRT engine; backend {self.name} runs ONNX models. Note: running an "
+                             "engine needs TensorRT (--backend tensorrt, or tensorrt-rtx); here, run the .onnx "
+                             "it was built from")
+        return path
 
     @staticmethod
     def _model_path(model: str | Path, suffixes: tuple[str, ...] = (".onnx",)) -> Path:

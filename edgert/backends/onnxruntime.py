@@ -161,4 +161,4 @@ class OnnxRuntimeBackend(Backend):
         return BackendProbe(self.name, True, f"onnxruntime {ort.__version__} on the CPU")
 
     def open(self, model: str | Path, options: SessionOptions | None = None) -> OnnxRuntimeSession:
-        return OnnxRuntimeSession(self._model_path(model), options or SessionOptions())
+        return OnnxRuntimeSession(self._onnx_path(model), options or SessionOptions())

@@ -120,4 +120,4 @@ class OnnxRuntimeCudaBackend(Backend):
         return BackendProbe(self.name, True, f"onnxruntime {ort.__version__} CUDA provider with pycuda buffers")
 
     def open(self, model: str | Path, options: SessionOptions | None = None) -> OnnxRuntimeCudaSession:
-        return OnnxRuntimeCudaSession(self._model_path(model), options or SessionOptions())
+        return OnnxRuntimeCudaSession(self._onnx_path(model), options or SessionOptions())

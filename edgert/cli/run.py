@@ -235,15 +235,55 @@ def format_summary(summary: dict[str, Any]) -> str:
     per_class = summary.get("detections_per_class") or {}
     top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
     lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))
+    lines.extend(count_lines(summary))
+    skipped = summary.get("skipped") or {}
+    if skipped:
+        lines.append("skipped    " + ", ".join(f"{k}: {v}" for k, v in skipped.items())
+                     + " (a slow viewer; the pipeline lost nothing)")
     gpu = summary.get("gpu_ms") or {}
     if gpu:
         lines.append("  gpu        " + "  ".join(f"{k} {v['p50']:.2f}" for k, v in gpu.items()) + " ms (p50)")
     if summary.get("watts") is not None:
         energy = f", {summary['mj_per_frame']:.1f} mJ/frame" if summary.get("mj_per_frame") is not None else ""
         lines.append(f"power      {summary['watts']:.2f} W{energy}")
-    if summary.get("sinks"):
-        lines.append(f"sinks      {', '.join(summary['sinks'])}")
+    notes = summary.get("sink_notes") or {}
+    for i, uri in enumerate(summary.get("sinks") or ()):  # one per line: a video's line names its codec
+        lines.append(("sinks      " if i == 0 else " " * 11) + (f"{uri}: {notes[uri]}" if uri in notes else str(uri)))
     return "\n".join(lines)
+
+
+def count_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary's line and zone counts (``counts``), one text line per line or zone (per source)."""
+    counts = summary.get("counts") or {}
+    per_source = summary.get("sources") or []
+    # several sources: {source: {line or zone: ...}}; one: {line or zone: ...}
+    scoped = [(f"{name}: ", c or {}) for name, c in counts.items()] if len(per_source) > 1 else [("", counts)]
+    out = []
+    for prefix, table in scoped:
+        for name, by_class in table.items():
+            if not by_class:
+                out.append(f"count      {prefix}{name}: nothing counted")
+                continue
+            first = next(iter(by_class.values()))
+            if "occupancy" in first:
+                text = "; ".join(f"{c} {int(v['occupancy'])} now, {v['entered']} entered, {v['exited']} exited"
+                                 for c, v in by_class.items())
+                out.append(f"zone       {prefix}{name}: {text}")
+            else:
+                text = "; ".join(f"{c} {v.get('in', 0)} in, {v.get('out', 0)} out" for c, v in by_class.items())
+                out.append(f"line       {prefix}{name}: {text}")
+    tracking = summary.get("tracking")
+    if isinstance(tracking, dict) and "tracks" in tracking:
+        out.append(f"tracks     {tracking['tracks']} ({tracking.get('tracker')})")
+    return out
+
+
+def nothing_saved_note(config: Any) -> str | None:
+    """The one line ``edgert run`` prints when no sink saves anything: a run without ``--sink`` writes nothing."""
+    if config.sinks or any(s.sinks for s in config.all_sources()):
+        return None
+    return ("edgert: no sink given, so nothing was saved. Note: add --sink out.mp4 (annotated video), "
+            "--sink jsonl://events.jsonl (detections) or --sink frames/ (annotated images)")
 
 
 class _Progress(BaseObserver):
@@ -316,6 +356,9 @@ def run(args: argparse.Namespace) -> int:
     # With jsonl://- the events own stdout; the summary then goes to stderr.
     out = sys.stderr if _stdout_is_a_sink(config) else sys.stdout
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary), file=out)
+    note = nothing_saved_note(config)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 

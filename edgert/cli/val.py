@@ -25,7 +25,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--conf", type=float, default=0.001,
                    help="confidence threshold (default 0.001: mAP needs the low-confidence tail)")
     p.add_argument("--iou", type=float, help="NMS IoU threshold (default: the config's)")
-    p.add_argument("--save-json", metavar="PATH", help="write the detections as JSON (COCO results, with file names)")
+    p.add_argument("--save-json", metavar="PATH",
+                   help="write the detections in COCO results format (image_id, category_id, bbox, score; "
+                        "the labels' ids), for pycocotools' loadRes")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.save_json)
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(coco_predictions(truth, found)), encoding="utf-8")
+            out.write_text(json.dumps(coco_predictions(truth, found, names)), encoding="utf-8")
         except OSError as exc:
             raise InputError(f"{out}: cannot write the detections: {exc.strerror or exc}") from None
     print(json.dumps(result, indent=2) if args.json else format_result(result))

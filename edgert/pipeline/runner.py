@@ -125,7 +125,7 @@ class _Feed:
         if self.source.live and self.source.dropped:
             out["stale_frames"] = int(self.source.dropped)
         for worker in self.workers:
-            if worker.dropped:
+            if worker.dropped and not worker.sink.skips_frames:
                 out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
         return out
 
@@ -757,7 +757,7 @@ class Pipeline:
         for reason, n in totals.items():
             self.stats.set_drops(reason, n)
         for worker in self._workers:
-            if worker.dropped:
+            if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
                 self.stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
 
     def _notify(self, method: str, arg: Any) -> None:
@@ -838,6 +838,12 @@ class Pipeline:
             summary.update(stages_summary(staged[0].stages))
         elif staged:
             summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
+        skipped = {f"sink:{w.sink.uri}": int(w.dropped) for w in self._workers if w.sink.skips_frames and w.dropped}
+        if skipped:
+            summary["skipped"] = skipped  # frames a slow viewer skipped by design, not in dropped
+        notes = {w.sink.uri: w.sink.note for w in self._workers if getattr(w.sink, "note", None)}
+        if notes:
+            summary["sink_notes"] = notes  # what a sink wrote, e.g. a video's codec (a fallback says so)
         lost = {w.sink.uri: w.lost for w in self._workers if getattr(w, "lost", 0)}
         if lost:
             summary["lost"] = lost  # frames a failed sink did not write

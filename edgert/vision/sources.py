@@ -957,7 +957,28 @@ def open_source(source: SourceConfig | str) -> FrameSource:
         raise SourceError("no source given. Note: pass --source URI (a video, image, folder, /dev/videoN, csi://N, "
                           "rtsp://...)")
     row = next(row for row in SOURCES if row.accepts(uri))
+    if row.name == "video":
+        _refuse_unknown_scheme(uri)
     return row.make(uri, config)
+
+
+#: Schemes other tools use that edgert does not read, and what to do instead.
+_OTHER_SCHEMES = {
+    "rtp": "receive it with gst://udpsrc port=PORT caps=application/x-rtp,... ! rtph264depay ! ... ! appsink",
+    "webrtc": "publish the stream as RTSP and read rtsp://...",
+}
+
+
+def _refuse_unknown_scheme(uri: str) -> None:
+    """``rtp://@:1234`` is not a file called ``rtp:/@:1234``: a URI of a scheme no source reads is refused."""
+    import re
+
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):/", uri)
+    if match is None or uri.startswith("file://"):
+        return
+    name = match.group(1).lower()
+    hint = _OTHER_SCHEMES.get(name, f"sources are {source_help()}")
+    raise SourceError(f"{uri}: {name}:// sources are not supported. Note: {hint}")
 
 
 def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:

@@ -54,6 +54,7 @@ class LabelledImage:
     boxes: np.ndarray  # (N, 4) xyxy pixels
     classes: np.ndarray  # (N,) indices into GroundTruth.names
     crowd: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    image_id: int | None = None  # the labels' own id (COCO ``images[].id``; YOLO: position in file order, from 1)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class GroundTruth:
     images: tuple[LabelledImage, ...]
     source: str  # "coco" or "yolo"
     missing_images: int = 0  # labelled images not found in the images folder
+    category_ids: tuple[int, ...] = ()  # the labels' own id of each name (COCO ids; YOLO: the class number)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -125,13 +127,13 @@ def _load_coco(path: Path, images_dir: Path) -> GroundTruth:
             found, width, height,
             np.array([r[0] for r in rows], np.float64).reshape(-1, 4),
             np.array([index[r[1]] for r in rows], np.int64),
-            np.array([r[2] for r in rows], bool)))
+            np.array([r[2] for r in rows], bool), image_id))
     if not out:
         raise InputError(f"{path}: none of its {len(entries)} images is in {images_dir}")
     if missing:
         log.warning("%s: %d of its %d images are not in %s; scoring the %d found", path, missing, len(entries),
                     images_dir, len(out))
-    return GroundTruth(names, tuple(out), "coco", missing)
+    return GroundTruth(names, tuple(out), "coco", missing, tuple(ids))
 
 
 def _yolo_names(labels_dir: Path) -> tuple[str, ...] | None:
@@ -190,11 +192,12 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
         arr = np.array(rows, np.float64).reshape(-1, 5)
         cx, cy, w, h = arr[:, 1] * width, arr[:, 2] * height, arr[:, 3] * width, arr[:, 4] * height
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-        out.append(LabelledImage(image, width, height, boxes, arr[:, 0].astype(np.int64), np.zeros(len(arr), bool)))
+        out.append(LabelledImage(image, width, height, boxes, arr[:, 0].astype(np.int64), np.zeros(len(arr), bool),
+                                 len(out) + 1))
     if not with_labels:
         raise InputError(f"{labels_dir}: no label file matches an image in {images_dir} "
                          "(expected NAME.txt per NAME.jpg)")
-    return GroundTruth(names, tuple(out), "yolo")
+    return GroundTruth(names, tuple(out), "yolo", 0, tuple(range(len(names))))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,12 +302,20 @@ def evaluate(truth: GroundTruth, detections: Sequence[Detections], model_names: 
                      unmatched_labels, len(model_names) - len(mapping))
 
 
-def coco_predictions(truth: GroundTruth, detections: Sequence[Detections]) -> list[dict[str, Any]]:
-    """Detections in COCO results format (``--save-json``): file name, model class name, xywh box, score."""
+def coco_predictions(truth: GroundTruth, detections: Sequence[Detections],
+                     model_names: Sequence[str]) -> list[dict[str, Any]]:
+    """Detections in COCO results format (``--save-json``), what pycocotools' ``loadRes`` reads: ``image_id``
+    and ``category_id`` are the labels' own ids (classes matched by name, as :func:`evaluate` does; a model
+    class the labels lack is left out), ``bbox`` is x, y, w, h in pixels, ``score`` the confidence."""
+    mapping = class_mapping(model_names, truth.names)
+    category_ids = truth.category_ids or tuple(range(1, len(truth.names) + 1))
     out = []
-    for image, found in zip(truth.images, detections):
-        for box, conf, name in zip(found.xyxy.tolist(), found.confidence.tolist(), found.class_names()):
-            out.append({"file_name": image.path.name, "category_name": name, "score": round(float(conf), 5),
-                        "bbox": [round(box[0], 2), round(box[1], 2), round(box[2] - box[0], 2),
-                                 round(box[3] - box[1], 2)]})
+    for k, (image, found) in enumerate(zip(truth.images, detections), 1):
+        image_id = image.image_id if image.image_id is not None else k
+        for box, conf, cid in zip(found.xyxy.tolist(), found.confidence.tolist(), found.class_id.tolist()):
+            label = mapping.get(int(cid))
+            if label is None:
+                continue
+            out.append({"image_id": image_id, "category_id": int(category_ids[label]), "score": float(conf),
+                        "bbox": [box[0], box[1], box[2] - box[0], box[3] - box[1]]})
     return out

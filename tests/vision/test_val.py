@@ -77,8 +77,10 @@ def test_same_model_scores_one_against_its_own_coco_labels(labelled: dict[str, A
     scored = {name for name, c in result["per_class"].items() if c["instances"]}
     assert scored == {canonical_name(n) for n in labelled["classes"]}
     assert all(result["per_class"][n]["ap50_95"] == pytest.approx(1.0, abs=1e-6) for n in scored)
-    saved = json.loads(preds.read_text())
-    assert {p["file_name"] for p in saved} == set(IMAGES) and len(saved) >= labelled["boxes"]
+    saved = json.loads(preds.read_text())  # COCO results: the label file's image and category ids
+    assert {p["image_id"] for p in saved} == {im["id"] for im in labelled["coco"]["images"]}
+    assert {p["category_id"] for p in saved} <= {c["id"] for c in labelled["coco"]["categories"]}
+    assert len(saved) >= labelled["boxes"]
     assert all(len(p["bbox"]) == 4 and 0 < p["score"] <= 1 for p in saved)
 
 
@@ -145,3 +147,43 @@ def test_yolo_labels_without_names_and_bad_lines_are_one_line(labelled: dict[str
 def test_class_mapping_by_name() -> None:
     assert class_mapping(["person", "motorbike", "tvmonitor"], ["TV", "motorcycle", "cat"]) == {1: 1, 2: 0}
     assert canonical_name("Potted_Plant") == canonical_name("pottedplant") == "potted plant"
+
+
+def _cocoeval_map(gt_path: Path, results: Path, category_ids: list[int]) -> tuple[float, float]:
+    """What a user does with the saved file: pycocotools' loadRes and COCOeval, mean AP over the classes
+    with instances (val's definition)."""
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(str(gt_path))
+        dt = gt.loadRes(str(results))
+        ev = COCOeval(gt, dt, "bbox")
+        ev.params.catIds = category_ids
+        ev.evaluate()
+        ev.accumulate()
+    p = ev.eval["precision"]
+    ap = [np.mean(p[:, :, k, 0, -1][p[:, :, k, 0, -1] > -1]) for k in range(len(category_ids))]
+    ap50 = [np.mean(p[0, :, k, 0, -1][p[0, :, k, 0, -1] > -1]) for k in range(len(category_ids))]
+    return float(np.mean(ap50)), float(np.mean(ap))
+
+
+def test_saved_json_is_coco_results_that_pycocotools_scores_as_val_does(labelled: dict[str, Any]) -> None:
+    coco = json.loads(json.dumps(labelled["coco"]))
+    rng = np.random.default_rng(1)
+    for a in coco["annotations"]:  # moved boxes: a score well below 1, so agreement means something
+        x, y, w, h = a["bbox"]
+        dx, dy = rng.uniform(-0.2, 0.2, 2) * (w, h)
+        a["bbox"] = [x + dx, y + dy, w, h]
+    gt_path = labelled["root"] / "moved.json"
+    gt_path.write_text(json.dumps(coco))
+    preds = labelled["root"] / "moved-preds.json"
+    result = _val(labelled, gt_path, "--save-json", str(preds))
+    assert 0.1 < result["map50_95"] < 0.9
+    used = sorted({a["category_id"] for a in coco["annotations"]})
+    map50, map50_95 = _cocoeval_map(gt_path, preds, used)
+    assert map50_95 == pytest.approx(result["map50_95"], abs=1e-5)
+    assert map50 == pytest.approx(result["map50"], abs=1e-5)

@@ -104,6 +104,9 @@ class Sink(abc.ABC):
     #: (the web preview's tiles). False: a drawing sink shared by several sources is refused (one video file
     #: cannot hold two cameras' frames); give it a ``{source}`` placeholder instead.
     multi_source: bool = False
+    #: True (the web preview, a display window): frames skipped while a viewer is slow are by design, not a
+    #: loss; the run reports them as ``skipped``, apart from the pipeline's ``dropped``.
+    skips_frames: bool = False
 
     def __init__(self, uri: str) -> None:
         self.uri = uri

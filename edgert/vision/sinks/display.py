@@ -21,6 +21,7 @@ class DisplaySink(Sink):
     """An OpenCV window (needs an OpenCV with a GUI and a display; the pip 'headless' wheel has none)."""
 
     needs_image = True
+    skips_frames = True  # a window that redraws slower than the pipeline shows the newest frame
 
     def __init__(self, uri: str, title: str = "edgert") -> None:
         super().__init__(uri)

@@ -55,7 +55,7 @@ SINKS: list[SinkKind] = [
     SinkKind("mqtt", "mqtt://HOST:PORT/TOPIC, mqtts://...", scheme("mqtt://", "mqtts://"), _mqtt),
     SinkKind("folder", "a folder ending in / (?every=N)", image.is_folder, image.folder_from_uri),
     SinkKind("image", "out.jpg (or .png)", image.is_image_file, image.file_from_uri),
-    SinkKind("video", "out.mp4 (or .avi/.mkv/.mov)", video.is_video_file, video.from_uri),
+    SinkKind("video", "out.mp4 (H.264; or .webm/.avi/.mkv/.mov)", video.is_video_file, video.from_uri),
 ]
 
 

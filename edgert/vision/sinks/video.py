@@ -1,4 +1,7 @@
-"""Annotated frames into a video file through OpenCV's writer (``out.mp4``, ``.avi``, ``.mkv``, ``.mov``).
+"""Annotated frames into a video file (``out.mp4``, ``.webm``, ``.avi``, ``.mkv``, ``.mov``).
+
+``.mp4`` is H.264 where an H.264 encoder exists (PyAV's libx264, GStreamer through OpenCV), else OpenCV's
+MPEG-4 Part 2, named as a fallback; ``.webm`` is VP9/VP8; ``.avi`` Motion-JPEG. :mod:`.encoders` has the order.
 """
 
 from __future__ import annotations
@@ -44,15 +47,17 @@ VIDEO_RESERVE_BYTES = 512 * 1024
 INDEX_BYTES_PER_FRAME = 32
 
 
-#: Containers and the FourCC that OpenCV's pip wheel (FFmpeg inside) can write for each.
-VIDEO_SUFFIXES: dict[str, str] = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
+#: Containers the sink writes, and the codec each gets when the best encoder for it is there.
+VIDEO_SUFFIXES: dict[str, str] = {".mp4": "h264", ".m4v": "h264", ".mov": "h264", ".mkv": "h264", ".webm": "vp9",
+                                  ".avi": "mjpg"}
 
 
 class VideoFileSink(Sink):
-    """Annotated frames into a video file (MPEG-4 Part 2 for .mp4/.mkv/.mov, Motion-JPEG for .avi).
+    """Annotated frames into a video file (H.264 for .mp4/.mkv/.mov, VP9/VP8 for .webm, Motion-JPEG for .avi).
 
-    ``prepare`` locks the file and has OpenCV write a throwaway probe beside it, so a container or
-    codec this OpenCV cannot write fails before any existing video is truncated. OpenCV reports no write
+    ``prepare`` locks the file and has the first encoder that can (:func:`.encoders.encoder_chain`) write a
+    throwaway probe beside it, so a container or codec nothing here can write fails before any existing
+    video is truncated; a fallback most players refuse (``mp4v``) is a warning and ``note``. OpenCV reports no write
     errors, so the sink watches the file itself: deleted, or its filesystem full, and it fails (and the
     writer is released at once, which finalises what it can).
     """
@@ -61,10 +66,18 @@ class VideoFileSink(Sink):
     queue_size = 8  # encoding takes a few ms; a short queue rides out the odd slow frame
     lossless = True  # the video has every frame the events have
 
-    def __init__(self, uri: str, path: Path, fourcc: str | None = None) -> None:
+    def __init__(self, uri: str, path: Path, codec: str | None = None) -> None:
+        from edgert.vision.sinks.encoders import encoder_chain
+
         super().__init__(uri)
         self.path = path
-        self.fourcc = fourcc or VIDEO_SUFFIXES.get(path.suffix.lower(), "mp4v")
+        self._chain = encoder_chain(path.suffix, codec)
+        if not self._chain:
+            known = ", ".join(sorted({e.codec for e in encoder_chain(path.suffix)}))
+            raise SinkError(f"{uri}: codec {codec!r} is not one {path.suffix} takes. Note: give one of {known}")
+        self._asked = codec is not None  # a codec the user named is not a fallback to warn about
+        self.encoder: Any = None  # the Encoder chosen at prepare
+        self.note: str | None = None  # what the run's summary says about the file (its codec)
         self._writer: Any = None
         self._fd: int | None = None  # holds the lock, and tells deletion and a full disk
         self._created = False
@@ -76,31 +89,45 @@ class VideoFileSink(Sink):
     def prepare(self) -> None:
         if self._fd is not None:
             return
-        cv2 = lazy_import("cv2", "writing video files")
+        from edgert.vision.sinks.encoders import open_encoder
+
         self._fd, self._created = claim_file(self.path, "the video")
         probe = self.path.with_name(f".{self.path.stem}.edgert-probe-{os.getpid()}{self.path.suffix}")
         try:
-            writer = cv2.VideoWriter(str(probe), cv2.VideoWriter_fourcc(*self.fourcc), 10.0, (64, 64))
-            ok = writer.isOpened()
-            writer.release()
+            encoder, writer = open_encoder(self._chain, probe, 10.0, (64, 64))
+            if writer is not None:
+                writer.write(np.zeros((64, 64, 3), np.uint8))
+                writer.release()
         finally:
             unlink_quietly(probe)
-        if not ok:
+        if encoder is None:
             self.close()
-            raise SinkError(f"{self.path}: OpenCV cannot write {self.fourcc} video here. Note: use .mp4 or .avi")
+            tried = ", ".join(e.label for e in self._chain)
+            raise SinkError(f"{self.path}: no encoder here can write this video (tried {tried}). "
+                            "Note: pip install 'edgert[video]' (PyAV), or write .avi")
+        self.encoder = encoder
+        self.note = encoder.label
+        if encoder.fallback and not self._asked:
+            self.note = f"{encoder.label}, a fallback: browsers and most phones do not play it"
+            log.warning("%s: no H.264 encoder here, writing %s, which browsers and most phones do not play. "
+                        "Note: pip install 'edgert[video]' (PyAV's libx264) for H.264", self.path, encoder.label)
 
     def open(self, info: StreamInfo) -> None:
-        cv2 = lazy_import("cv2", "writing video files")
         if info.width <= 0 or info.height <= 0:
             raise SinkError(f"{self.path}: the source reported no frame size")
         self.prepare()
         fps = info.fps if info.fps and info.fps > 0 else 10.0
         self._size = (info.width, info.height)
         self._opened = True  # from here the file is ours to (re)write
-        writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*self.fourcc), fps, self._size)
-        if not writer.isOpened():
-            writer.release()
-            raise SinkError(f"{self.path}: OpenCV cannot write {self.fourcc} video here. Note: use .mp4 or .avi")
+        size = self._size
+        if self.encoder.codec != "mjpg" and (size[0] % 2 or size[1] % 2):
+            size = (size[0] // 2 * 2, size[1] // 2 * 2)  # 4:2:0 needs even sides: fit to one pixel less
+            self._size = size
+        writer = self.encoder.make(self.path, fps, size)
+        if writer is None or not writer.isOpened():
+            if writer is not None:
+                writer.release()
+            raise SinkError(f"{self.path}: {self.encoder.label} cannot write this video. Note: use .avi")
         self._writer = writer
 
     def write(self, result: FrameResult) -> None:
@@ -139,7 +166,7 @@ class VideoFileSink(Sink):
         if self._writer is not None:
             self._writer.release()
             self._writer = None
-            log.info("wrote %d frames to %s", self.frames, self.path)
+            log.info("wrote %d frames to %s (%s)", self.frames, self.path, self.note)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -152,4 +179,13 @@ def is_video_file(uri: str) -> bool:
 
 
 def from_uri(uri: str, title: str = "edgert") -> VideoFileSink:
-    return VideoFileSink(uri, local_path(uri)[1])
+    """``out.mp4``, ``out.mp4?codec=mp4v`` (or h264; vp9/vp8 for .webm)."""
+    text, path = local_path(uri)
+    from urllib.parse import parse_qs
+
+    options = parse_qs(text.partition("?")[2])
+    unknown = sorted(set(options) - {"codec"})
+    if unknown:
+        raise SinkError(f"{uri}: unknown option {unknown[0]!r}. Note: a video sink takes ?codec=NAME")
+    codec = options.get("codec", [None])[-1]
+    return VideoFileSink(uri, path, codec)

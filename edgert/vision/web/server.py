@@ -139,6 +139,7 @@ class WebPreviewSink(Sink):
     """``http://127.0.0.1:8080``: serve the annotated stream of each source and the stats while the pipeline runs."""
 
     needs_image = True
+    skips_frames = True  # a tab nobody watches skips frames; the source lost none
     multi_source = True
 
     def __init__(self, uri: str, host: str = "127.0.0.1", port: int = 8080, title: str = "edgert") -> None:
