@@ -24,6 +24,7 @@ INSTALL_HINTS: dict[str, str] = {
     "trackers": "pip install trackers (Python 3.10+, numpy 2; not on JetPack: use tracker: bytetrack)",
     "supervision": "pip install trackers (Python 3.10+, numpy 2; not on JetPack: use tracker: bytetrack)",
     "scipy": "pip install 'edgert[track]'",
+    "whisper_normalizer": "pip install whisper-normalizer (Python 3.9+), or --normalizer basic",
     "paho": "pip install 'edgert[mqtt]'",
     "onnxconverter_common": "pip install 'edgert[fp16]'",
 }
