@@ -3,7 +3,9 @@
 
 1. Runs ``edgert run --track`` on vtest.avi (NanoDet, a counting line across the middle) in this
    interpreter and, with ``--np1-python``, in a venv with ``numpy<2``: the crossing counts, track counts
-   and every frame's ids are compared.
+   and every frame's ids are compared. Those runs decode with each venv's own OpenCV and ONNX Runtime, so
+   their detections can differ a little; hence also: this run's detections replayed through edgert's
+   ByteTrack in the numpy-1 interpreter, which must give the very same ids.
 2. Replays this run's detections (the JSONL records) through both ByteTracks, edgert's
    (:mod:`edgert.analytics.bytetrack`) and ``trackers.ByteTrackTracker`` (skipped when ``trackers`` is not
    installed), then through the same counting line: ids that differ, id switches (an edgert track whose
@@ -109,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--np1-python", default="", help="a python whose venv has numpy<2 and edgert's [track,cpu,opencv]")
     ap.add_argument("--out", default="")
+    ap.add_argument("--replay", default="", help=argparse.SUPPRESS)  # internal: replay a frames file, print ids
     args = ap.parse_args(argv)
+    if args.replay:  # run by the numpy-1 interpreter on the numpy-2 run's detections
+        data = json.loads(Path(args.replay).read_text())
+        got = replay(data["frames"], "edgert", data["fps"])
+        print(json.dumps({"ids": [x.tolist() for x in got["ids"]], "tracks": got["tracks"],
+                          "crossings": got["crossings"], "counts": got["counts"], "numpy": np.__version__}))
+        return 0
     assets = Path(args.assets)
     if not (assets / "video/vtest.avi").exists():
         print(f"compare_trackers: no vtest.avi under {assets}", file=sys.stderr)
@@ -137,6 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         fps = float(main_summary["source"].get("fps") or 30.0)
         ours = replay(frames, "edgert", fps)
         out["replay_edgert"] = {k: ours[k] for k in ("tracks", "crossings", "counts")}
+        if args.np1_python:  # the same detections through edgert's ByteTrack under numpy 1
+            dump = work / "frames.json"
+            dump.write_text(json.dumps({"frames": frames, "fps": fps}))
+            proc = subprocess.run([args.np1_python, str(Path(__file__).resolve()), "--replay", str(dump)],
+                                  capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            if proc.returncode != 0:
+                raise SystemExit(f"compare_trackers: replay under numpy 1 failed: {proc.stderr[-500:]}")
+            np1 = json.loads(proc.stdout)
+            out["replay_edgert_np1"] = {k: np1[k] for k in ("numpy", "tracks", "crossings", "counts")}
+            out["replay_np1_vs_np2"] = {
+                "different_ids": int(sum(int((np.asarray(a) != b).sum()) for a, b in zip(np1["ids"], ours["ids"]))),
+                "same_counts": np1["counts"] == ours["counts"]}
         try:
             import trackers  # noqa: F401
         except ImportError:

@@ -276,7 +276,10 @@ class Pipeline:
                     processor.close()
         finally:
             power = self._hooks.power_summary() if self._hooks is not None else None
+            telemetry = self._hooks.telemetry_summary() if self._hooks is not None else None
             self._hooks.close()
+        if telemetry is not None:
+            summary["telemetry"] = telemetry
         if power is not None:
             summary["power"] = power
             summary["watts"] = power.get("avg_w")

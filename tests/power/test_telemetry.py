@@ -1,0 +1,95 @@
+"""Board telemetry (edgert.power.telemetry) on sysfs trees laid out as the documented boards, through the
+reader, ``edgert power --json`` in a subprocess, the run hooks' observer and the metrics endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgert.pipeline.hooks import TelemetryObserver
+from edgert.power.telemetry import TelemetryWatch, read_telemetry
+from edgert.service.metrics import MetricsObserver
+from edgert.stats import PipelineStats
+from tests.power.telemetry_boards import BOARDS, make_board, set_value
+
+EXPECT = {  # zones, GPU MHz, EMC MHz, GPU load
+    "orin-nano-jp6": ({"cpu", "gpu", "soc0", "soc1", "soc2", "tj"}, 624.8, 2133.0, 0.423),
+    "orin-nx-jp5": ({"cpu", "gpu", "cv0", "cv1", "cv2", "soc0", "soc1", "soc2", "tj"}, 918.0, 3199.0, 0.615),
+    "agx-orin-jp6": ({"cpu", "gpu", "cv0", "cv1", "cv2", "soc0", "soc1", "soc2", "tj"}, 1300.5, 3199.0, 0.88),
+    "xavier-nx-jp5": ({"AO", "CPU", "GPU", "AUX", "Tdiode_tegra", "Tboard_tegra", "thermal-fan-est"}, 510.0,
+                      1600.0, 0.12),
+}
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_power_json_lists_temperatures_clocks_load_and_throttle(board: str, tmp_path: Path) -> None:
+    root = make_board(tmp_path, board)
+    env = {**os.environ, "EDGERT_SYSROOT": str(root)}
+    proc = subprocess.run([sys.executable, "-m", "edgert.cli.main", "power", "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads(proc.stdout)["telemetry"]
+    zones, gpu_mhz, emc_mhz, load = EXPECT[board]
+    assert set(t["temperatures_c"]) == zones  # PMIC-Die (a fixed reading) is left out
+    assert all(20 < c < 60 for c in t["temperatures_c"].values())
+    assert t["clocks_mhz"]["gpu"] == gpu_mhz and t["clocks_mhz"]["emc"] == emc_mhz and t["clocks_mhz"]["cpu"] > 1000
+    assert t["load"]["gpu"] == load and 0 < t["load"]["emc"] <= 1
+    assert t["throttle"] == []
+    assert 0 < t["fan_ratio"] <= 1
+
+
+def test_plain_output_has_a_telemetry_line(tmp_path: Path) -> None:
+    root = make_board(tmp_path, "orin-nano-jp6")
+    proc = subprocess.run([sys.executable, "-m", "edgert.cli.main", "power"], capture_output=True, text=True,
+                          env={**os.environ, "EDGERT_SYSROOT": str(root)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("telemetry"))
+    assert "cpu 51.2C" in line and "gpu 625MHz" in line and "throttle: none" in line
+
+
+def test_passive_trip_point_is_thermal_throttling(tmp_path: Path) -> None:
+    root = make_board(tmp_path, "orin-nx-jp5", passive_c=47.0)  # cpu and tj at 47.5 C
+    assert sorted(read_telemetry(root, nvml=False)["throttle"]) == ["thermal:cpu", "thermal:tj"]
+
+
+def test_watch_records_episodes_and_overcurrent(tmp_path: Path) -> None:
+    root = make_board(tmp_path, "agx-orin-jp6")
+    watch = TelemetryWatch(root)
+    assert watch.update(0.0, 30.0)["throttle"] == []
+    set_value(root, "sys/class/hwmon/hwmon5/oc1_event_cnt", 3)  # the SoC cut clocks for over-current
+    assert watch.update(1.0, 22.0)["throttle"] == ["overcurrent"]
+    set_value(root, "sys/devices/virtual/thermal/thermal_zone1/temp", 101000)  # gpu past its passive trip
+    assert watch.update(2.0, 18.0)["throttle"] == ["thermal:gpu"]
+    set_value(root, "sys/devices/virtual/thermal/thermal_zone1/temp", 60000)
+    watch.update(3.0, 30.0)
+    s = watch.summary()
+    assert s["readings"] == 4 and s["throttled_readings"] == 2
+    assert s["throttle_episodes"] == [{"start_s": 1.0, "end_s": 2.0, "reasons": ["overcurrent", "thermal:gpu"],
+                                       "fps_before": 30.0, "min_fps": 18.0}]
+    assert s["peak_temperatures_c"]["gpu"] == 101.0
+
+
+def test_observer_fills_stats_and_the_metrics_endpoint(tmp_path: Path) -> None:
+    parser = pytest.importorskip("prometheus_client.parser")
+    root = make_board(tmp_path, "xavier-nx-jp5")
+    observer = TelemetryObserver(TelemetryWatch(root))
+    stats = PipelineStats()
+    import numpy as np
+
+    from edgert.stats import STAGES
+
+    stats.record_frame(np.full(len(STAGES), 0.01), detections=0)
+    observer.on_frame(stats)
+    assert stats.telemetry is not None and stats.telemetry["clocks_mhz"]["gpu"] == 510.0
+    metrics = MetricsObserver()
+    metrics.on_frame(stats)
+    fams = {f.name: f for f in parser.text_string_to_metric_families(metrics.render())}
+    temps = {s.labels["zone"]: s.value for s in fams["edgert_temperature_celsius"].samples}
+    assert temps["GPU"] == 37.5
+    clocks = {s.labels["unit"]: s.value for s in fams["edgert_clock_hertz"].samples}
+    assert clocks["emc"] == 1600e6
