@@ -93,3 +93,28 @@ def test_observer_fills_stats_and_the_metrics_endpoint(tmp_path: Path) -> None:
     assert temps["GPU"] == 37.5
     clocks = {s.labels["unit"]: s.value for s in fams["edgert_clock_hertz"].samples}
     assert clocks["emc"] == 1600e6
+
+
+def test_a_run_on_a_board_summarises_its_telemetry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real pipeline (tiny detector, a short video) with the sysroot of an AGX Orin that throttles midway."""
+    pytest.importorskip("cv2")
+    pytest.importorskip("onnxruntime")
+    from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+    from edgert.pipeline import BaseObserver, Pipeline
+    from tests.pipeline.media import make_video, tiny_detector
+
+    root = make_board(tmp_path / "sys", "agx-orin-jp6")
+    monkeypatch.setenv("EDGERT_SYSROOT", str(root))
+
+    class Heat(BaseObserver):  # the GPU passes its passive trip point from frame 40 on
+        def on_frame(self, stats: PipelineStats) -> None:
+            if stats.frames == 40:
+                set_value(root, "sys/devices/virtual/thermal/thermal_zone1/temp", 100500)
+
+    config = PipelineConfig(model=ModelConfig(path=str(tiny_detector(tmp_path / "tiny.onnx"))),
+                            source=SourceConfig(uri=str(make_video(tmp_path / "v.avi", frames=90, size=(96, 64)))))
+    summary = Pipeline(config, observers=[Heat()], handle_signals=False).run()
+    t = summary["telemetry"]
+    assert t["readings"] == 3  # frames 1, 31, 61
+    assert t["peak_temperatures_c"]["gpu"] == 100.5 and t["throttled_readings"] == 1
+    assert t["throttle_episodes"][0]["reasons"] == ["thermal:gpu"]
