@@ -118,3 +118,27 @@ def test_a_run_on_a_board_summarises_its_telemetry(tmp_path: Path, monkeypatch: 
     assert t["readings"] == 3  # frames 1, 31, 61
     assert t["peak_temperatures_c"]["gpu"] == 100.5 and t["throttled_readings"] == 1
     assert t["throttle_episodes"][0]["reasons"] == ["thermal:gpu"]
+
+
+def test_report_charts_the_hottest_zone() -> None:
+    import numpy as np
+
+    from edgert.report.html import run_report
+    from edgert.report.series import SeriesRecorder
+    from edgert.stats import STAGES
+
+    now = [100.0]
+    stats = PipelineStats()
+    rec = SeriesRecorder(interval_s=1.0, max_points=4, clock=lambda: now[0])
+    rec.on_start({"stats": stats})
+    for i in range(70):  # seven seconds at 10 fps, the GPU warming by a degree a second
+        now[0] += 0.1
+        stats.telemetry = {"temperatures_c": {"cpu": 40.0, "gpu": 45.0 + i // 10}, "throttle": []}
+        stats.record_frame(np.full(len(STAGES), 0.01), detections=0)
+        rec.on_frame(stats)
+    series = rec.to_dict()
+    assert series["merges"] >= 1  # 6-7 points into 4: pairs merged, keeping the hotter
+    temps = [t for t in series["temperature_c"] if t is not None]
+    assert max(temps) >= 50.0 and temps == sorted(temps)
+    assert "Hottest thermal zone" in run_report(series, {"fps": 10.0})
+    assert "Hottest thermal zone" not in run_report({**series, "temperature_c": []}, {"fps": 10.0})
