@@ -142,3 +142,32 @@ def test_report_charts_the_hottest_zone() -> None:
     assert max(temps) >= 50.0 and temps == sorted(temps)
     assert "Hottest thermal zone" in run_report(series, {"fps": 10.0})
     assert "Hottest thermal zone" not in run_report({**series, "temperature_c": []}, {"fps": 10.0})
+
+
+def test_a_budget_run_records_the_boards_own_throttling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a power budget (INA3221 rails of an Orin Nano), the board's own thermal cut is recorded apart from
+    the controller's pacing, in the power summary."""
+    pytest.importorskip("cv2")
+    pytest.importorskip("onnxruntime")
+    from edgert.config import ModelConfig, PipelineConfig, PowerConfig, SourceConfig
+    from edgert.pipeline import BaseObserver, Pipeline
+    from tests.pipeline.media import make_video, tiny_detector
+    from tests.power.boards import orin_nano_jp6
+
+    root = tmp_path / "sys"
+    orin_nano_jp6(root)
+    make_board(root, "orin-nano-jp6")
+    monkeypatch.setenv("EDGERT_SYSROOT", str(root))
+
+    class Heat(BaseObserver):
+        def on_frame(self, stats: PipelineStats) -> None:
+            if stats.frames == 35:
+                set_value(root, "sys/devices/virtual/thermal/thermal_zone0/temp", 99500)  # cpu at its trip
+
+    config = PipelineConfig(model=ModelConfig(path=str(tiny_detector(tmp_path / "tiny.onnx"))),
+                            source=SourceConfig(uri=str(make_video(tmp_path / "v.avi", frames=70, size=(96, 64)))),
+                            power=PowerConfig(budget_w=50.0, meter="ina", sample_hz=20))
+    summary = Pipeline(config, observers=[Heat()], handle_signals=False).run()
+    episodes = summary["power"]["board_throttle_episodes"]
+    assert [e["reasons"] for e in episodes] == [["thermal:cpu"]]
+    assert summary["telemetry"]["throttle_episodes"] == episodes
