@@ -200,4 +200,5 @@ class PipelineStats:
             "detections": detections,
             "latency_ms": self.latency_ms(),
             "watts": None if self.watts is None else round(float(self.watts), 3),
+            "telemetry": self.telemetry,  # temperatures, clocks, throttling (None: the board shows none)
         }

@@ -171,3 +171,54 @@ def test_a_budget_run_records_the_boards_own_throttling(tmp_path: Path, monkeypa
     episodes = summary["power"]["board_throttle_episodes"]
     assert [e["reasons"] for e in episodes] == [["thermal:cpu"]]
     assert summary["telemetry"]["throttle_episodes"] == episodes
+
+
+def test_preview_stats_carry_the_telemetry(tmp_path: Path) -> None:
+    root = make_board(tmp_path, "orin-nano-jp6")
+    stats = PipelineStats()
+    assert stats.snapshot()["telemetry"] is None
+    stats.telemetry = read_telemetry(root, nvml=False)
+    snap = json.loads(json.dumps(stats.snapshot()))  # what /stats.json sends
+    assert snap["telemetry"]["temperatures_c"]["cpu"] == 51.25 and snap["telemetry"]["throttle"] == []
+
+
+def test_preview_page_shows_the_board_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The web preview in headless Chromium, on a pipeline whose sysroot is an AGX Orin: the Board row."""
+    pytest.importorskip("cv2")
+    pytest.importorskip("onnxruntime")
+    import threading
+    import time
+
+    from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+    from edgert.pipeline import Pipeline
+    from edgert.vision.web.server import WebPreviewSink
+    from tests.pipeline.media import make_video, tiny_detector
+    from tests.vision.chromium import Browser, find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
+    monkeypatch.setenv("EDGERT_SYSROOT", str(make_board(tmp_path / "sys", "agx-orin-jp6")))
+    config = PipelineConfig(model=ModelConfig(path=str(tiny_detector(tmp_path / "tiny.onnx"))),
+                            source=SourceConfig(uri=str(make_video(tmp_path / "v.avi", frames=40, size=(160, 120))),
+                                                loop=True))
+    sink = WebPreviewSink("http://127.0.0.1:0", port=0)
+    pipeline = Pipeline(config, sinks=[sink], admit=lambda: time.sleep(0.04), handle_signals=False)
+    thread = threading.Thread(target=pipeline.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not sink.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with Browser(chromium) as browser:
+            browser.goto(sink.url)
+            text = ""
+            deadline = time.monotonic() + 30
+            while "MHz" not in text and time.monotonic() < deadline:
+                time.sleep(0.3)
+                text = str(browser.evaluate("document.getElementById('board').textContent"))
+        assert text == "cpu 55.1 \u00b0C, GPU 1301 MHz, not throttling", text  # the hottest zone: cpu and tj
+    finally:
+        pipeline.request_stop()
+        thread.join(20)
+    assert not thread.is_alive()
