@@ -20,8 +20,11 @@ INSTALL_HINTS: dict[str, str] = {
     "sounddevice": "pip install sounddevice",
     "psutil": "pip install psutil",
     "pycocotools": "pip install 'edgert[val]'",
-    "trackers": "pip install 'edgert[track]' (Python 3.10 or later)",
-    "supervision": "pip install 'edgert[track]' (Python 3.10 or later)",
+    # SORT and OC-SORT only (ByteTrack is edgert's own); not an extra: it brings opencv-python and numpy 2.
+    "trackers": "pip install trackers (Python 3.10+, numpy 2; not on JetPack: use tracker: bytetrack)",
+    "supervision": "pip install trackers (Python 3.10+, numpy 2; not on JetPack: use tracker: bytetrack)",
+    "scipy": "pip install 'edgert[track]'",
+    "whisper_normalizer": "pip install whisper-normalizer (Python 3.9+), or --normalizer basic",
     "paho": "pip install 'edgert[mqtt]'",
     "onnxconverter_common": "pip install 'edgert[fp16]'",
 }

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STAGES", "WINDOW", "LatencyRing", "PipelineStats", "merged_quantiles_ms"]
+__all__ = ["LATENCY_BUCKETS", "STAGES", "WINDOW", "LatencyHistogram", "LatencyRing", "PipelineStats",
+           "merged_quantiles_ms"]
 
 #: Stage names in pipeline order; ``total`` is capture start to sinks handed the frame.
 STAGES: tuple[str, ...] = ("capture", "preprocess", "infer", "postprocess", "sinks", "total")
@@ -47,6 +48,37 @@ class LatencyRing:
     def quantiles_ms(self) -> dict[str, float]:
         """p50/p95/p99 and mean of the window in milliseconds (zeros before the first frame)."""
         return _quantiles_ms(self.window())
+
+
+#: Upper bounds (seconds) of the latency histogram's buckets: 1 ms to 10 s, for a Jetson Nano's 300 ms
+#: frames as for a desktop GPU's 2 ms ones. Fixed, so every board of a fleet aggregates (Prometheus sums buckets).
+LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class LatencyHistogram:
+    """Counts of every frame's stage latencies per bucket, since start (the window above forgets; this does not).
+
+    One per source; the result thread writes it, the metrics endpoint reads a copy (:meth:`snapshot`).
+    """
+
+    def __init__(self) -> None:
+        self._bounds = np.asarray(LATENCY_BUCKETS, np.float64)
+        self._counts = np.zeros((len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all
+        self._sums = np.zeros(len(STAGES), np.float64)
+        self._lock = threading.Lock()
+
+    def add(self, timings: np.ndarray) -> None:
+        """One frame's seconds per stage, in :data:`STAGES` order."""
+        t = np.asarray(timings, np.float64)[: len(STAGES)]
+        slot = np.searchsorted(self._bounds, t, side="left")  # first bound >= t: Prometheus's le is inclusive
+        with self._lock:
+            self._counts[np.arange(t.shape[0]), slot] += 1
+            self._sums[: t.shape[0]] += t
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """(cumulative counts per stage and bucket, the last column being +Inf; sums per stage)."""
+        with self._lock:
+            return np.cumsum(self._counts, axis=1), self._sums.copy()
 
 
 def _quantiles_ms(window: np.ndarray) -> dict[str, float]:
@@ -82,6 +114,12 @@ class PipelineStats:
         self.sources: dict[str, dict[str, float]] = {}
         self.drops: dict[str, int] = {}
         self.latency: dict[str, LatencyRing] = {stage: LatencyRing() for stage in STAGES}
+        #: since-start latency histograms and event counts per source, for the metrics endpoint
+        self.histograms: dict[str, LatencyHistogram] = {}
+        self.events: dict[tuple[str, str], int] = {}  # (source, event type) -> count
+        self.analytics_by_source: dict[str, Any] = {}  # source -> Analytics.counts()
+        #: board telemetry beside the watts (temperatures, clocks, throttling), set by the power sampler
+        self.telemetry: dict[str, Any] | None = None
         self.started_at: float | None = None  # perf_counter at the first admitted frame
         self.first_done_at: float | None = None  # perf_counter when the first frame came out
         self.last_done_at: float | None = None
@@ -92,11 +130,20 @@ class PipelineStats:
         if self.started_at is None:
             self.started_at = time.perf_counter()
 
-    def record_frame(self, timings: np.ndarray, detections: int) -> None:
-        """One frame done; ``timings`` holds seconds per stage in :data:`STAGES` order."""
+    def record_frame(self, timings: np.ndarray, detections: int, source: str = "",
+                     events: list[dict[str, Any]] | None = None) -> None:
+        """One frame done; ``timings`` holds seconds per stage in :data:`STAGES` order; ``source`` is its
+        source's name and ``events`` the frame's analytics events (counted by type for the endpoint)."""
         now = time.perf_counter()
         for stage, seconds in zip(STAGES, timings.tolist()):
             self.latency[stage].add(seconds)
+        hist = self.histograms.get(source)
+        if hist is None:
+            hist = self.histograms[source] = LatencyHistogram()
+        hist.add(timings)
+        for event in events or ():
+            key = (source, str(event.get("type", "event")))
+            self.events[key] = self.events.get(key, 0) + 1
         with self._lock:
             self._done_times[self.frames % self._done_times.shape[0]] = now
             self.frames += 1
@@ -154,4 +201,5 @@ class PipelineStats:
             "detections": detections,
             "latency_ms": self.latency_ms(),
             "watts": None if self.watts is None else round(float(self.watts), 3),
+            "telemetry": self.telemetry,  # temperatures, clocks, throttling (None: the board shows none)
         }

@@ -223,6 +223,12 @@ if [ "$UPGRADE" = 1 ] || ! "$VENV/bin/edgert" --version >/dev/null 2>&1; then
     echo "numpy<2" >"$constraints"
     pip_flags=(--constraint "$constraints")
     if [ "$UPGRADE" = 1 ]; then pip_flags+=(--upgrade); fi
+    # pycuda ([gpu]) is built from source against CUDA: say so in one line before pip's long build log.
+    case "$EXTRAS" in *gpu*)
+        if ! PATH="/usr/local/cuda/bin:$PATH" command -v nvcc >/dev/null 2>&1 || [ ! -f /usr/local/cuda/include/cuda.h ]; then
+            echo "edgert[gpu]: pycuda needs CUDA's nvcc and cuda.h (/usr/local/cuda); install JetPack's CUDA (apt install nvidia-cuda-dev) or pycuda's build will fail"
+        fi ;;
+    esac
     echo "pip install $SPEC"
     PATH="/usr/local/cuda/bin:$PATH" CUDA_ROOT=/usr/local/cuda "$VENV/bin/pip" install "${pip_flags[@]}" "$SPEC"
 fi

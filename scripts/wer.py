@@ -5,7 +5,9 @@ Usage: python scripts/wer.py [--model DIR] [--audio DIR] [--backend NAME] [--jso
        [--beam] [--fallback] [--compare] [--synth]
 Reads ``transcription`` (CMU Sphinx format: ``<s> words </s> (fileid)``; ``*.transcription`` when the folder
 has no ``transcription``), transcribes each WAV with greedy decoding, prints per-clip lines and the corpus WER
-(lower case, punctuation stripped). ``--beam`` uses openai-whisper's beam search (``--beam-size``, 5),
+after Whisper's English normalizer (``--normalizer whisper``, the default, as published Whisper WERs; the basic
+lower-case-and-strip-punctuation WER is reported beside it: edgert.speech.wer).
+``--beam`` uses openai-whisper's beam search (``--beam-size``, 5),
 ``--fallback`` its temperature fallback (0.0, 0.2 ... 1.0); ``--compare`` runs greedy and beam, each without
 and with the fallback, on the same clips (interleaved clip by clip, so a loaded machine weighs on all alike)
 and reports each one's WER and real-time factor (wall seconds, and CPU seconds of all threads, per second
@@ -63,6 +65,9 @@ def main() -> int:
     ap.add_argument("--backend", default="onnxruntime",
                     help="onnxruntime (default), onnxruntime-cuda (the decoder then runs in fixed-shape buckets)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--normalizer", choices=("whisper", "basic"), default="whisper",
+                    help="text normalizer: Whisper's English one (default, as published WERs) or basic; "
+                         "the other's WER is reported beside it")
     ap.add_argument("--beam", action="store_true", help="beam search instead of greedy decoding")
     ap.add_argument("--beam-size", type=int, default=5, help="beams with --beam or --compare (5)")
     ap.add_argument("--fallback", action="store_true", help="temperature fallback (0.0, 0.2 ... 1.0)")
@@ -113,7 +118,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
                 c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text
                 dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-                errors = word_errors(normalize_text(ref), normalize_text(text))
+                errors = word_errors(normalize_text(ref, args.normalizer), normalize_text(text, args.normalizer))
                 r = results[mode]
                 r["hypotheses"].append(text)
                 r["seconds"] += dt
@@ -121,24 +126,29 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
                 r["clips"].append({"clip": clip.name, "reference": ref, "hypothesis": text, "errors": errors,
                                    "seconds": round(dt, 3), "cpu_seconds": round(cpu, 3),
                                    "fell_back": asr.stats["fallback_windows"] > before})
-                print(f"  {mode:<16} {errors}/{len(normalize_text(ref))} errors  "
+                print(f"  {mode:<16} {errors}/{len(normalize_text(ref, args.normalizer))} errors  "
                       f"rtf {dt / (len(audio) / 16000):.2f}  hyp: {text}")
-    words = sum(len(normalize_text(r)) for r in references)
+    words = sum(len(normalize_text(r, args.normalizer)) for r in references)
     total = time.perf_counter() - t_start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"time {total:.1f} s with model loading; peak RSS {peak_mb:.0f} MiB")
     summary: dict[str, Any] = {"audio": str(audio_dir) if not args.synth else "espeak-ng held-out sentences",
                                "n_clips": len(clips), "words": words, "audio_seconds": round(audio_seconds, 3),
                                "beam_size": args.beam_size, "model": args.model, "backend": args.backend,
-                               "seconds_total": round(total, 3), "peak_rss_mb": round(peak_mb, 1), "modes": {}}
+                               "seconds_total": round(total, 3), "peak_rss_mb": round(peak_mb, 1),
+                               "normalizer": args.normalizer, "modes": {}}
+    other = "basic" if args.normalizer == "whisper" else "whisper"
     for mode in modes:
         r = results[mode]
-        s = wer(references, r["hypotheses"])
-        summary["modes"][mode] = {"wer": round(s, 4), "errors": sum(c["errors"] for c in r["clips"]),
+        s = wer(references, r["hypotheses"], args.normalizer)
+        s_other = wer(references, r["hypotheses"], other)
+        summary["modes"][mode] = {"wer": round(s, 4), f"wer_{other}": round(s_other, 4),
+                                  "errors": sum(c["errors"] for c in r["clips"]),
                                   "rtf": round(r["seconds"] / audio_seconds, 4),
                                   "cpu_rtf": round(r["cpu_seconds"] / audio_seconds, 4),
                                   "fallback_clips": sum(c["fell_back"] for c in r["clips"]), "clips": r["clips"]}
-        print(f"{mode:<16} WER {s * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)  "
+        print(f"{mode:<16} WER {s * 100:.2f}% ({args.normalizer}; {other} {s_other * 100:.2f}%) over {len(clips)} "
+              f"clips, {words} words (target <= 10%)  "
               f"rtf {r['seconds'] / audio_seconds:.3f} (cpu {r['cpu_seconds'] / audio_seconds:.3f})")
     first_mode = summary["modes"][modes[0]]
     summary.update(wer=first_mode["wer"], clips=first_mode["clips"])  # the figures of one mode, as before

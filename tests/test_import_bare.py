@@ -8,11 +8,12 @@ import sys
 from tests.helpers import ROOT
 
 # Runs in a fresh interpreter where the optional packages cannot be imported, as on a bare install.
+# (prometheus_client is a core dependency: pyproject.toml says why.)
 _PROBE = r"""
 import importlib, pkgutil, sys
 
 BLOCKED = {"onnxruntime", "cv2", "pycuda", "tensorrt", "tensorrt_rtx", "pynvml", "tokenizers",
-           "soundfile", "sounddevice", "prometheus_client", "librosa", "scipy", "psutil", "pycocotools", "trackers",
+           "soundfile", "sounddevice", "librosa", "scipy", "psutil", "pycocotools", "trackers",
            "supervision", "paho"}
 
 class Block:

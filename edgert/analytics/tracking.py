@@ -1,8 +1,11 @@
-"""Multi-object tracking: a thin wrapper over the ``trackers`` package (Roboflow, Apache-2.0).
+"""Multi-object tracking: ByteTrack by edgert's own NumPy port, SORT and OC-SORT through ``trackers``.
 
-Why that library and not another: docs/tracking.md. It is an optional extra (``pip install
-'edgert[track]'``, Python 3.10 and later) imported only when a tracker is made, so ``import edgert`` and
-every pipeline without a ``track:`` section never load it, supervision or SciPy.
+``tracker: bytetrack`` (the default) runs :mod:`edgert.analytics.bytetrack`, which installs wherever edgert
+does (Python 3.8-3.12, NumPy 1.x and 2.x, no OpenCV wheel; ``[track]`` adds only SciPy for the assignment).
+``sort`` and ``ocsort`` are Roboflow's ``trackers`` package (Apache-2.0; Python 3.10+, NumPy 2 and the
+``opencv-python`` wheel, so not on JetPack 5/6: docs/tracking.md), imported only when such a tracker is
+made. ``implementation="trackers"`` runs trackers' own ByteTrack instead, which
+``scripts/compare_trackers.py`` uses to show the two give the same tracks.
 
 The tracker is stepped by frame index (``timestamp = frame_index / frame_rate``) rather than by wall
 clock: a video file decoded faster than real time then tracks as it would at its own rate, and frames a
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgert._lazy import lazy_import
+from edgert.analytics.bytetrack import ByteTrack
 from edgert.config import TRACKERS, TrackConfig
 from edgert.vision.detections import Detections
 
@@ -39,17 +43,31 @@ class Tracker:
         self._impl = impl
         self.config = config
         self.frame_rate = frame_rate
-        self._sv = lazy_import("supervision", "object tracking")
+        self._own = isinstance(impl, ByteTrack)
+        self._sv = None if self._own else lazy_import("supervision", "object tracking")
         self.lengths: dict[int, int] = {}  # track id -> frames it was seen in (for summaries and checks)
         self.spans: dict[int, tuple[float, float]] = {}  # track id -> media time first and last seen
         self._last_index: int | None = None
 
     @classmethod
-    def from_config(cls, config: TrackConfig, fps: float | None = None) -> Tracker:
-        """A tracker for ``config``; ``fps`` is the source's rate, used when ``config.frame_rate`` is None."""
+    def from_config(cls, config: TrackConfig, fps: float | None = None, implementation: str = "edgert") -> Tracker:
+        """A tracker for ``config``; ``fps`` is the source's rate, used when ``config.frame_rate`` is None.
+
+        ``implementation`` "edgert" runs ByteTrack by edgert's port (SORT/OC-SORT always need ``trackers``);
+        "trackers" runs Roboflow's class for every tracker.
+        """
+        if implementation not in ("edgert", "trackers"):
+            raise ValueError(f"unknown tracker implementation {implementation!r}: expected edgert or trackers")
+        rate = float(config.frame_rate or fps or 30.0)
+        if config.tracker == "bytetrack" and implementation == "edgert":
+            own = ByteTrack(lost_track_buffer=config.lost_track_buffer, frame_rate=rate,
+                            track_activation_threshold=config.track_activation_threshold,
+                            minimum_consecutive_frames=config.minimum_consecutive_frames,
+                            minimum_iou_threshold=config.minimum_iou_threshold,
+                            high_conf_det_threshold=config.high_conf_det_threshold)
+            return cls(own, config, rate)
         trackers = _load_trackers()
         klass = getattr(trackers, TRACKERS[config.tracker])
-        rate = float(config.frame_rate or fps or 30.0)
         wanted = {
             "lost_track_buffer": config.lost_track_buffer,
             "frame_rate": rate,
@@ -76,6 +94,11 @@ class Tracker:
             self.reset()  # a looped video or a restarted source: the old tracks mean nothing now
         self._last_index = frame_index
         n = len(detections)
+        if self._own:
+            ids = self._impl.update(detections.xyxy.astype(np.float32, copy=False), detections.confidence,
+                                    frame_index / self.frame_rate)
+            return self._keep(detections, ids)
+        assert self._sv is not None
         sv_in = self._sv.Detections(
             xyxy=detections.xyxy.astype(np.float32, copy=False),
             confidence=detections.confidence,
@@ -86,6 +109,9 @@ class Tracker:
         ids = np.full(n, -1, np.int64)
         if len(out):
             ids[np.asarray(out.data["edgert_index"], np.int64)] = np.asarray(out.tracker_id, np.int64)
+        return self._keep(detections, ids)
+
+    def _keep(self, detections: Detections, ids: np.ndarray) -> Detections:
         tracked = detections.with_track_id(ids)
         if not self.config.keep_untracked:
             tracked = tracked[ids >= 0]

@@ -1,4 +1,5 @@
-"""``edgert power``: which power rails this machine has, what they read, and the Jetson power mode."""
+"""``edgert power``: which power rails this machine has, what they read, the board's telemetry (temperatures,
+clocks, loads, throttling, fan: edgert.power.telemetry) and the Jetson power mode."""
 
 from __future__ import annotations
 
@@ -57,6 +58,21 @@ def _table(reading: Any, meter: Any) -> str:
     return "\n".join(lines)
 
 
+def _telemetry_line(t: dict[str, Any]) -> str:
+    """``temps cpu 51.2C gpu 49.8C  clocks gpu 612MHz emc 2133MHz  load gpu 42%  fan 30%  throttle: none``."""
+    parts = []
+    if t.get("temperatures_c"):
+        parts.append("temps " + " ".join(f"{k} {v:.1f}C" for k, v in t["temperatures_c"].items()))
+    if t.get("clocks_mhz"):
+        parts.append("clocks " + " ".join(f"{k} {v:.0f}MHz" for k, v in t["clocks_mhz"].items()))
+    if t.get("load"):
+        parts.append("load " + " ".join(f"{k} {v * 100:.0f}%" for k, v in t["load"].items()))
+    if t.get("fan_ratio") is not None:
+        parts.append(f"fan {t['fan_ratio'] * 100:.0f}%")
+    parts.append("throttle: " + (", ".join(t.get("throttle", [])) or "none"))
+    return "  ".join(parts)
+
+
 def _mode_line() -> str | None:
     from edgert.power import nvpmodel
 
@@ -72,6 +88,7 @@ def _mode_line() -> str | None:
 def run(args: argparse.Namespace) -> int:
     from edgert.errors import PowerError
     from edgert.power import nvpmodel, open_meter
+    from edgert.power.telemetry import TelemetryWatch, read_telemetry
 
     if args.set_mode is not None:
         out = nvpmodel.set_mode(args.set_mode)
@@ -83,35 +100,43 @@ def run(args: argparse.Namespace) -> int:
     meter = open_meter(args.meter)
     with meter:
         if not meter.available:
+            telemetry = read_telemetry()
             if args.json:
-                print(json.dumps({**meter.info(), "reason": getattr(meter, "reason", "")}))
+                print(json.dumps({**meter.info(), "reason": getattr(meter, "reason", ""), "telemetry": telemetry}))
             else:
                 print(f"no power meter on this machine: {getattr(meter, 'reason', meter.description)}")
+                if len(telemetry) > 1:
+                    print(f"telemetry    {_telemetry_line(telemetry)}")
             return 0
         if not args.watch:
             reading = meter.read()
             if args.json:
                 print(json.dumps({**meter.info(), "reading": _reading_dict(reading, meter),
-                                  "power_mode": nvpmodel.status()}, indent=2))
+                                  "telemetry": read_telemetry(), "power_mode": nvpmodel.status()}, indent=2))
                 return 0
             print(f"meter        {meter.description}")
             print(_table(reading, meter))
+            print(f"telemetry    {_telemetry_line(read_telemetry())}")
             mode = _mode_line()
             if mode:
                 print(mode)
             return 0
         n = 0
+        watch = TelemetryWatch()  # over-current counters are read as increments between readings
+        t0 = time.monotonic()
         if not args.json:
             print(f"meter        {meter.description}")
         while args.count is None or n < args.count:
             if n:
                 time.sleep(args.interval)
             reading = meter.read()
+            telemetry = watch.update(time.monotonic() - t0, 0.0)
             if args.json:
-                print(json.dumps(_reading_dict(reading, meter)))
+                print(json.dumps({**_reading_dict(reading, meter), "telemetry": telemetry}))
             else:
                 rails = "  ".join(f"{k} {v:.3f} W" for k, v in reading.watts.items())
-                print(f"{time.strftime('%H:%M:%S')}  {rails}  total {reading.total_w:.3f} W")
+                print(f"{time.strftime('%H:%M:%S')}  {rails}  total {reading.total_w:.3f} W  "
+                      f"{_telemetry_line(telemetry)}")
             sys.stdout.flush()
             n += 1
     return 0

@@ -6,6 +6,9 @@
   NVML on a desktop GPU, RAPL on a PC). This is the one place a run opens a power sampler.
 - **systemd**: when ``NOTIFY_SOCKET`` is set (a ``Type=notify`` unit), READY after the first frame,
   WATCHDOG from progress, STATUS lines, STOPPING at the stop request.
+- **telemetry**: where the board shows temperatures or clocks (:mod:`edgert.power.telemetry`), they are
+  read every few frames into ``PipelineStats.telemetry`` (the metrics endpoint shows them) and summed up in
+  the run summary's ``telemetry``, with the episodes where the board throttled itself and the FPS then.
 - **metrics**: with ``runtime.metrics`` (``HOST:PORT``), a Prometheus endpoint for the run's lifetime.
 
 ``Pipeline.run()`` opens these itself, so a Python caller gets what ``edgert run`` gets.
@@ -22,7 +25,7 @@ from edgert.errors import EdgertError
 from edgert.pipeline.observer import BaseObserver
 from edgert.stats import PipelineStats
 
-__all__ = ["PowerWatts", "RunHooks", "open_power_sampler"]
+__all__ = ["PowerWatts", "RunHooks", "TelemetryObserver", "open_power_sampler"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,35 @@ class PowerWatts(BaseObserver):
                 stats.watts = float(watts)
 
 
+#: How often (in completed frames) the board telemetry is read (some 20 sysfs files).
+_TELEMETRY_EVERY = 30
+
+
+class TelemetryObserver(BaseObserver):
+    """Reads the board's telemetry every few frames into ``PipelineStats.telemetry`` and a watch."""
+
+    def __init__(self, watch: Any) -> None:
+        import time
+
+        self.watch = watch
+        self._clock = time.perf_counter
+        self._t0 = self._clock()
+
+    def on_frame(self, stats: PipelineStats) -> None:
+        if stats.frames % _TELEMETRY_EVERY == 1:
+            stats.telemetry = self.watch.update(self._clock() - self._t0, float(stats.fps))
+
+
+def open_telemetry() -> TelemetryObserver | None:
+    """An observer when this machine shows any telemetry (a Jetson's sysfs, an NVIDIA GPU), else None."""
+    from edgert.power.telemetry import TelemetryWatch, read_telemetry
+
+    first = read_telemetry()
+    if not any(k != "throttle" for k in first):
+        return None
+    return TelemetryObserver(TelemetryWatch())
+
+
 class RunHooks:
     """The power, systemd and metrics wiring of one run; ``close()`` releases all of it.
 
@@ -82,9 +114,13 @@ class RunHooks:
         self.metrics_url: str | None = None
         self._controller: Any = None
         self._sampler: Any = None
+        self._telemetry: TelemetryObserver | None = None
         self._closers: list[Callable[[], None]] = []
         try:
             self._open_power(config)
+            self._telemetry = open_telemetry()
+            if self._telemetry is not None:
+                self.observers.append(self._telemetry)
             if config.runtime.metrics:
                 self._open_metrics(config.runtime.metrics, name)
             if environment:
@@ -132,9 +168,17 @@ class RunHooks:
         if self._sampler is not None:
             self._sampler.stop()
 
+    def telemetry_summary(self) -> dict[str, Any] | None:
+        """Peaks, throttling and its episodes over the run; None where the machine shows no telemetry."""
+        return None if self._telemetry is None else self._telemetry.watch.summary()
+
     def power_summary(self) -> dict[str, Any] | None:
         if self._controller is not None:
-            return dict(self._controller.stats())
+            out = dict(self._controller.stats())
+            if self._telemetry is not None:
+                # The controller's own pacing is in its stats; these are the cuts the board made itself.
+                out["board_throttle_episodes"] = self._telemetry.watch.summary()["throttle_episodes"]
+            return out
         if self._sampler is not None:
             self._sampler.stop()  # the summary covers the run, not the time after it
             return dict(self._sampler.summary())

@@ -297,7 +297,10 @@ class Pipeline:
                     processor.close()
         finally:
             power = self._hooks.power_summary() if self._hooks is not None else None
+            telemetry = self._hooks.telemetry_summary() if self._hooks is not None else None
             self._hooks.close()
+        if telemetry is not None:
+            summary["telemetry"] = telemetry
         if power is not None:
             summary["power"] = power
             summary["watts"] = power.get("avg_w")
@@ -718,7 +721,7 @@ class Pipeline:
         for cid in detections.class_id.tolist():
             self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
         count = len(detections)
-        self.stats.record_frame(f.timings, count)
+        self.stats.record_frame(f.timings, count, feed.name, events)
         feed.done += 1
         feed.detections += count
         if feed.first_done is None:
@@ -731,8 +734,11 @@ class Pipeline:
             self.stats.sources = {**self.stats.sources, feed.name: {
                 "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
                 "reconnects": int(getattr(feed.source, "reconnects", 0))}}
-        if feed.stages and feed.index == 0 and feed.done % 10 == 1:
-            self.stats.analytics_counts = feed.stages[-1].summary().get("counts")
+        if feed.stages and feed.done % 10 == 1:  # lines and zones of every source, labelled by it
+            counts = feed.stages[-1].summary().get("counts")
+            self.stats.analytics_by_source = {**self.stats.analytics_by_source, feed.name: counts}
+            if feed.index == 0:
+                self.stats.analytics_counts = counts
         f.detections = None
         feed.free.put(f)
         if not self._info.get("_started"):

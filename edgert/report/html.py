@@ -89,6 +89,12 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
     else:
         parts.append('<p class="note">No power meter on this machine: watts were not measured.</p>')
 
+    temps = series.get("temperature_c", [])
+    if _has_values(temps):  # board telemetry (edgert.power.telemetry): shown only where the board has zones
+        plot = Plot("Hottest thermal zone", x_label=x_label, y_label="C", chart_id="temperature", x_range=x_range)
+        plot.line("max zone", x, temps, PALETTE[1], width=2.0)
+        parts.append(plot.svg())
+
     dropped = series.get("dropped", [])
     if dropped and max(dropped) > 0:
         plot = Plot("Dropped frames (cumulative)", x_label=x_label, y_label="frames", chart_id="dropped",

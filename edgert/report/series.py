@@ -69,6 +69,7 @@ class SeriesRecorder(BaseObserver):
         self._dropped = np.zeros(n, np.int64)  # drops by then (cumulative)
         self._fps = np.zeros(n, np.float64)
         self._watts = np.full(n, np.nan, np.float64)
+        self._temp = np.full(n, np.nan, np.float64)  # the hottest thermal zone (board telemetry), C
         self._p50 = np.full((n, s), np.nan, np.float64)
         self._p99 = np.full((n, s), np.nan, np.float64)
         self._n = 0
@@ -138,6 +139,8 @@ class SeriesRecorder(BaseObserver):
         quantiles = [_interval_quantiles(stats.latency[stage], since)
                      for stage, since in zip(STAGES, self._last_counts)]
         watts = stats.watts
+        telemetry = getattr(stats, "telemetry", None) or {}
+        temps = list(dict(telemetry.get("temperatures_c") or {}).values())
         dropped = stats.dropped
         sources = dict(stats.sources)  # the pipeline replaces the dict, never edits it: a consistent snapshot
         with self._lock:
@@ -150,6 +153,7 @@ class SeriesRecorder(BaseObserver):
             self._dropped[i] = dropped
             self._fps[i] = (frames - self._last_frames) / span if span > 0 else 0.0
             self._watts[i] = math.nan if watts is None else float(watts)
+            self._temp[i] = max(temps) if temps else math.nan
             for k, (p50, p99) in enumerate(quantiles):
                 self._p50[i, k] = p50
                 self._p99[i, k] = p99
@@ -176,6 +180,7 @@ class SeriesRecorder(BaseObserver):
         dur_b = self._t[b] - self._t[a]
         self._fps[:h] = np.where(span > 0, (self._frames[b] - start_frames) / np.where(span > 0, span, 1.0), 0.0)
         self._watts[:h] = _weighted(self._watts[a], self._watts[b], dur_a, dur_b)
+        self._temp[:h] = np.fmax(self._temp[a], self._temp[b])  # the hotter: a peak never disappears
         for k in range(len(STAGES)):
             self._p50[:h, k] = _weighted(self._p50[a, k], self._p50[b, k], fa, fb)
             self._p99[:h, k] = np.fmax(self._p99[a, k], self._p99[b, k])  # fmax: NaN only where both are
@@ -187,6 +192,7 @@ class SeriesRecorder(BaseObserver):
                 values[:h] = values[b]
                 values[h:] = 0
         self._watts[h:] = np.nan
+        self._temp[h:] = np.nan
         self._p50[h:] = np.nan
         self._p99[h:] = np.nan
         self._n = h
@@ -208,6 +214,7 @@ class SeriesRecorder(BaseObserver):
                 "t": [round(float(v), 3) for v in self._t[:n]],
                 "fps": _json_list(self._fps[:n]),
                 "watts": _json_list(self._watts[:n]),
+                "temperature_c": _json_list(self._temp[:n]),
                 "frames": [int(v) for v in self._frames[:n]],
                 "dropped": [int(v) for v in self._dropped[:n]],
                 "latency_ms": {stage: {"p50": _json_list(self._p50[:n, k]), "p99": _json_list(self._p99[:n, k])}

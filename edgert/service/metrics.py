@@ -1,10 +1,11 @@
 """An optional Prometheus endpoint: ``edgert run --metrics 127.0.0.1:9400`` serves ``/metrics``.
 
-Plain standard library: an ``http.server`` thread writing the text exposition format (version 0.0.4),
-so the runtime needs no extra package. :class:`MetricsObserver` is a pipeline observer that only keeps a
-reference to the pipeline's live statistics; every number is read when Prometheus scrapes, so a frame
-costs nothing. The latency quantiles are those of the last frames the pipeline keeps (a window, not
-since start), hence gauges with a ``quantile`` label.
+The exposition is written by ``prometheus_client`` (a core dependency: small, pure Python), from a
+collector that reads the pipeline's live statistics when Prometheus scrapes, so a frame costs nothing here.
+Latency is there twice: ``edgert_stage_latency_seconds`` histograms per stage and source since start
+(cumulative ``_bucket`` series a fleet dashboard can sum and take quantiles of across boards), and the
+older ``edgert_latency_seconds`` gauges with a ``quantile`` label over the recent window (kept: existing
+dashboards read them). Names and labels: docs/fleet.md.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
 from edgert.errors import ConfigError, ServiceError
 from edgert.http_limits import BoundedHTTPServer
+from edgert.stats import LATENCY_BUCKETS, STAGES
 
 __all__ = ["CONTENT_TYPE", "MetricsObserver", "MetricsServer", "parse_listen", "render_metrics"]
 
@@ -37,105 +42,162 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
-def _escape(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels or [])
 
 
-def _labels(labels: Mapping[str, object]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels or [])  # exposed as NAME (ending in _total)
 
 
-def _num(value: float) -> str:
-    return repr(float(value))
+class _Snapshot:
+    """The families of one scrape, collected by ``prometheus_client``."""
 
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
 
-class _Family:
-    def __init__(self, name: str, kind: str, help_text: str) -> None:
-        self.name, self.kind, self.help = name, kind, help_text
-        self.samples: list[tuple[str, dict[str, object], float]] = []
-
-    def add(self, value: float, labels: Mapping[str, object] | None = None) -> None:
-        self.samples.append((self.name, dict(labels or {}), value))
-
-    def lines(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} {self.kind}"
-        for name, labels, value in self.samples:
-            yield f"{name}{_labels(labels)} {_num(value)}"
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
 
 
 def render_metrics(stats: Any | None, info: Mapping[str, object], ready: bool, started: float) -> str:
     """The exposition text for one pipeline. ``stats`` is the pipeline's PipelineStats (or None)."""
-    fams: list[_Family] = []
-
-    def family(name: str, kind: str, help_text: str) -> _Family:
-        fams.append(_Family(name, kind, help_text))
-        return fams[-1]
-
-    family("edgert_info", "gauge", "Model, backend and version of this pipeline (value is always 1).").add(1, info)
-    family("edgert_ready", "gauge", "1 once the model is loaded and the first frame is through.").add(int(ready))
-    family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.").add(
-        started)
+    fams: list[Metric] = []
+    keys = sorted(str(k) for k in info)
+    info_fam = _gauge("edgert_info", "Model, backend and version of this pipeline (value is always 1).", keys)
+    info_fam.add_metric([str(info[k]) for k in keys], 1)
+    fams.append(info_fam)
+    ready_fam = _gauge("edgert_ready", "1 once the model is loaded and the first frame is through.")
+    ready_fam.add_metric([], int(ready))
+    fams.append(ready_fam)
+    start_fam = _gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.")
+    start_fam.add_metric([], started)
+    fams.append(start_fam)
     if stats is not None:
-        family("edgert_frames_total", "counter", "Frames that went through every stage.").add(stats.frames)
-        family("edgert_detections_total", "counter", "Detections handed to the sinks.").add(
-            getattr(stats, "detections", 0))
-        drops = family("edgert_dropped_frames_total", "counter", "Frames dropped, by reason.")
-        for reason, count in sorted(dict(getattr(stats, "drops", {})).items()):
-            drops.add(count, {"reason": reason})
-        family("edgert_fps", "gauge", "Frames per second over the last frames.").add(stats.fps)
-        family("edgert_average_fps", "gauge", "Frames per second since the first frame out.").add(
-            getattr(stats, "average_fps", 0.0))
-        lat = family("edgert_latency_seconds", "gauge", "Per-stage latency quantiles over the recent window.")
-        for stage, q in stats.latency_ms().items():
-            for key, quantile in _QUANTILES:
-                lat.add(q[key] / 1000.0, {"stage": stage, "quantile": quantile})
-        watts = getattr(stats, "watts", None)
-        if watts is not None:
-            family("edgert_power_watts", "gauge", "Board or GPU power draw measured by the power meter.").add(watts)
-        sources = getattr(stats, "sources", None)
-        if sources:
-            _source_families(family, sources)
-        counts = getattr(stats, "analytics_counts", None)
-        if counts:
-            _analytics_families(family, counts)
-    return "\n".join(line for fam in fams for line in fam.lines()) + "\n"
+        fams.extend(_pipeline_families(stats))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(fams))  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
 
 
-def _source_families(family: Any, sources: Mapping[str, Mapping[str, float]]) -> None:
+def _pipeline_families(stats: Any) -> Iterator[Metric]:
+    frames = _counter("edgert_frames_total", "Frames that went through every stage.")
+    frames.add_metric([], stats.frames)
+    yield frames
+    dets = _counter("edgert_detections_total", "Detections handed to the sinks.")
+    dets.add_metric([], getattr(stats, "detections", 0))
+    yield dets
+    drops = _counter("edgert_dropped_frames_total", "Frames dropped or skipped, by reason.", ["reason"])
+    for reason, count in sorted(dict(getattr(stats, "drops", {})).items()):
+        drops.add_metric([reason], count)
+    yield drops
+    fps = _gauge("edgert_fps", "Frames per second over the last frames.")
+    fps.add_metric([], stats.fps)
+    yield fps
+    avg = _gauge("edgert_average_fps", "Frames per second since the first frame out.")
+    avg.add_metric([], getattr(stats, "average_fps", 0.0))
+    yield avg
+    lat = _gauge("edgert_latency_seconds", "Per-stage latency quantiles over the recent window.", ["stage", "quantile"])
+    for stage, q in stats.latency_ms().items():
+        for key, quantile in _QUANTILES:
+            lat.add_metric([stage, quantile], q[key] / 1000.0)
+    yield lat
+    yield from _histograms(getattr(stats, "histograms", {}))
+    events = _counter("edgert_events_total", "Analytics events (line_cross, zone_enter, zone_exit) by source.",
+                      ["source", "type"])
+    for (source, kind), count in sorted(dict(getattr(stats, "events", {})).items()):
+        events.add_metric([source, kind], count)
+    yield events
+    watts = getattr(stats, "watts", None)
+    if watts is not None:
+        w = _gauge("edgert_power_watts", "Board or GPU power draw measured by the power meter.")
+        w.add_metric([], watts)
+        yield w
+    telemetry = getattr(stats, "telemetry", None)
+    if telemetry:
+        yield from _telemetry_families(telemetry)
+    sources = getattr(stats, "sources", None)
+    if sources:
+        yield from _source_families(sources)
+    by_source = dict(getattr(stats, "analytics_by_source", None) or {})
+    if not by_source and getattr(stats, "analytics_counts", None):
+        by_source = {"0": stats.analytics_counts}  # a stats object from before per-source counts
+    if by_source:
+        yield from _analytics_families(by_source)
+
+
+def _histograms(histograms: Mapping[str, Any]) -> Iterator[Metric]:
+    fam = HistogramMetricFamily("edgert_stage_latency_seconds",
+                                "Per-stage latency of every frame since start, by source.", labels=["stage", "source"])
+    bounds = [repr(float(b)) for b in LATENCY_BUCKETS] + ["+Inf"]
+    for source, hist in sorted(histograms.items()):
+        cumulative, sums = hist.snapshot()
+        for i, stage in enumerate(STAGES):
+            fam.add_metric([stage, source], list(zip(bounds, cumulative[i].tolist())), float(sums[i]))
+    yield fam
+
+
+def _telemetry_families(t: Mapping[str, Any]) -> Iterator[Metric]:
+    """Board telemetry (edgert.power.telemetry): temperatures per zone, clocks, loads, throttling, fan."""
+    temps = _gauge("edgert_temperature_celsius", "Temperature of a thermal zone or GPU.", ["zone"])
+    for zone, value in sorted(dict(t.get("temperatures_c", {})).items()):
+        temps.add_metric([zone], value)
+    yield temps
+    clocks = _gauge("edgert_clock_hertz", "Current clock of a unit (gpu, emc, cpu, nvml sm/mem).", ["unit"])
+    for unit, mhz in sorted(dict(t.get("clocks_mhz", {})).items()):
+        clocks.add_metric([unit], float(mhz) * 1e6)
+    yield clocks
+    load = _gauge("edgert_load_ratio", "Busy fraction of a unit (gpu, emc), 0 to 1.", ["unit"])
+    for unit, ratio in sorted(dict(t.get("load", {})).items()):
+        load.add_metric([unit], ratio)
+    yield load
+    thr = _gauge("edgert_throttled", "1 while the board's own limits cut a clock, by reason.", ["reason"])
+    for reason in sorted(t.get("throttle", [])):
+        thr.add_metric([str(reason)], 1)
+    yield thr
+    if t.get("fan_ratio") is not None:
+        fan = _gauge("edgert_fan_ratio", "Fan speed as a fraction of its maximum.")
+        fan.add_metric([], t["fan_ratio"])
+        yield fan
+
+
+def _source_families(sources: Mapping[str, Mapping[str, float]]) -> Iterator[Metric]:
     """Per-source figures of a pipeline with one or several sources (set by the pipeline as ``stats.sources``)."""
-    frames = family("edgert_source_frames_total", "counter", "Frames of this source that went through every stage.")
-    fps = family("edgert_source_fps", "gauge", "Frames per second of this source since its first frame out.")
-    dropped = family("edgert_source_dropped_frames_total", "counter", "Frames of this source dropped or skipped.")
-    reconnects = family("edgert_source_reconnects_total", "counter", "Times this source reconnected.")
+    frames = _counter("edgert_source_frames_total", "Frames of this source that went through every stage.", ["source"])
+    fps = _gauge("edgert_source_fps", "Frames per second of this source since its first frame out.", ["source"])
+    dropped = _counter("edgert_source_dropped_frames_total", "Frames of this source dropped or skipped.", ["source"])
+    reconnects = _counter("edgert_source_reconnects_total", "Times this source reconnected.", ["source"])
     for name, figures in sorted(sources.items()):
-        labels = {"source": name}
-        frames.add(figures.get("frames", 0), labels)
-        fps.add(figures.get("fps", 0.0), labels)
-        dropped.add(figures.get("dropped", 0), labels)
-        reconnects.add(figures.get("reconnects", 0), labels)
+        frames.add_metric([name], figures.get("frames", 0))
+        fps.add_metric([name], figures.get("fps", 0.0))
+        dropped.add_metric([name], figures.get("dropped", 0))
+        reconnects.add_metric([name], figures.get("reconnects", 0))
+    yield from (frames, fps, dropped, reconnects)
 
 
-def _analytics_families(family: Any, counts: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
-    """Counting lines and zones from ``Analytics.counts()`` (set by the pipeline as ``stats.analytics_counts``)."""
-    crossings = family("edgert_line_crossings_total", "counter", "Tracks that crossed a counting line, by direction.")
-    occupancy = family("edgert_zone_occupancy", "gauge", "Tracks now inside a zone.")
-    entries = family("edgert_zone_entries_total", "counter", "Tracks that entered a zone.")
-    exits = family("edgert_zone_exits_total", "counter", "Tracks that left a zone (or were lost in it).")
-    dwell = family("edgert_zone_dwell_seconds_total", "counter", "Seconds spent in a zone by tracks that left it.")
-    for name, per_class in sorted(counts.items()):
-        for cls, c in sorted(per_class.items()):
-            if "in" in c:  # a line: {"in", "out"}
-                for direction in ("in", "out"):
-                    crossings.add(c[direction], {"line": name, "class": cls, "direction": direction})
-            else:  # a zone: {"occupancy", "entered", "exited", "dwell_s"}
-                labels = {"zone": name, "class": cls}
-                occupancy.add(c.get("occupancy", 0), labels)
-                entries.add(c.get("entered", 0), labels)
-                exits.add(c.get("exited", 0), labels)
-                dwell.add(c.get("dwell_s", 0.0), labels)
+def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
+    """Counting lines and zones from each source's ``Analytics.counts()``, labelled by source."""
+    crossings = _counter("edgert_line_crossings_total", "Tracks that crossed a counting line, by direction.",
+                         ["source", "line", "class", "direction"])
+    occupancy = _gauge("edgert_zone_occupancy", "Tracks now inside a zone.", ["source", "zone", "class"])
+    entries = _counter("edgert_zone_entries_total", "Tracks that entered a zone.", ["source", "zone", "class"])
+    exits = _counter("edgert_zone_exits_total", "Tracks that left a zone (or were lost in it).",
+                     ["source", "zone", "class"])
+    dwell = _counter("edgert_zone_dwell_seconds_total", "Seconds spent in a zone by tracks that left it.",
+                     ["source", "zone", "class"])
+    for source, counts in sorted(by_source.items()):
+        for name, per_class in sorted(dict(counts or {}).items()):
+            for cls, c in sorted(per_class.items()):
+                if "in" in c:  # a line: {"in", "out"}
+                    for direction in ("in", "out"):
+                        crossings.add_metric([source, name, cls, direction], c[direction])
+                else:  # a zone: {"occupancy", "entered", "exited", "dwell_s"}
+                    labels = [source, name, cls]
+                    occupancy.add_metric(labels, c.get("occupancy", 0))
+                    entries.add_metric(labels, c.get("entered", 0))
+                    exits.add_metric(labels, c.get("exited", 0))
+                    dwell.add_metric(labels, c.get("dwell_s", 0.0))
+    yield from (crossings, occupancy, entries, exits, dwell)
 
 
 class MetricsObserver:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 import queue
 import shutil
 import struct
@@ -113,7 +112,8 @@ def _check_wav_header(path: Path) -> None:
 def resample(audio: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndarray:
     """Resample float32 mono ``audio`` from ``rate`` to ``target`` Hz with a band-limited filter.
 
-    scipy's polyphase ``resample_poly`` when scipy is installed, else ``soxr`` (the ``speech`` extra).
+    Always ``soxr`` (the ``speech`` extra), whatever else is installed: one resampler, so a transcript does
+    not change with the install (scipy's came first when ``[track]`` had brought it).
     """
     if rate == target:
         return audio
@@ -123,18 +123,13 @@ def resample(audio: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndar
             "record at 16 kHz"
         )
     try:
-        signal = lazy_import("scipy.signal", "resampling")
-        g = math.gcd(rate, target)
-        out = signal.resample_poly(audio, target // g, rate // g)
+        soxr = lazy_import("soxr", "resampling")
     except BackendUnavailable:
-        try:
-            soxr = lazy_import("soxr", "resampling")
-        except BackendUnavailable:
-            raise SourceError(
-                f"audio is {rate} Hz and no resampler is installed: pip install soxr (in 'edgert[speech]') "
-                "or scipy, or convert it to 16 kHz"
-            ) from None
-        out = soxr.resample(audio, rate, target)
+        raise SourceError(
+            f"audio is {rate} Hz and no resampler is installed: pip install soxr (in 'edgert[speech]'), "
+            "or convert it to 16 kHz"
+        ) from None
+    out = soxr.resample(audio, rate, target)
     result: np.ndarray = np.ascontiguousarray(out, dtype=np.float32)
     return result
 

@@ -2,7 +2,7 @@
 
 The issue's check: with --track and a counting line across the middle of the frame, every detection that
 reaches the sinks has a track_id, tracks are long (mean >= 10 frames), crossing events appear in the JSONL as
-their own records and the counts appear in the summary. Skips without the assets or the trackers package.
+their own records and the counts appear in the summary. Skips without the assets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trackers", reason="tracking needs pip install 'edgert[track]' (Python 3.10+)")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("cv2")
 

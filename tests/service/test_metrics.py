@@ -83,3 +83,53 @@ def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_rejects(bad: str) -> None:
     with pytest.raises(ConfigError, match="HOST:PORT"):
         parse_listen(bad)
+
+
+def test_latency_histograms_per_stage_and_source_and_counts_by_source() -> None:
+    """The fleet series: cumulative ``_bucket`` histograms per stage and source, events and line counts by source."""
+    stats = PipelineStats()
+    for i in range(30):
+        source = "door" if i % 3 else "yard"
+        events = [{"type": "line_cross", "line": "mid"}] if i % 5 == 0 else []
+        stats.record_frame(np.full(len(STAGES), 0.004 * (1 + i % 4)), detections=1, source=source, events=events)
+    stats.analytics_by_source = {"door": {"mid": {"person": {"in": 3, "out": 1}}},
+                                 "yard": {"lot": {"car": {"occupancy": 2, "entered": 5, "exited": 3, "dwell_s": 9.5}}}}
+    observer = MetricsObserver()
+    observer.on_frame(stats)
+    text = observer.render()
+    fams = {f.name: f for f in parser.text_string_to_metric_families(text)}
+    hist = fams["edgert_stage_latency_seconds"]
+    assert hist.type == "histogram"
+    buckets = [s for s in hist.samples if s.name.endswith("_bucket")]
+    assert {(s.labels["stage"], s.labels["source"]) for s in buckets} == {(st, src) for st in STAGES
+                                                                         for src in ("door", "yard")}
+    infer_door = {s.labels["le"]: s.value for s in buckets
+                  if s.labels["stage"] == "infer" and s.labels["source"] == "door"}
+    door = [0.004 * (1 + i % 4) for i in range(30) if i % 3]
+    assert infer_door["+Inf"] == len(door) == 20
+    assert infer_door["0.005"] == sum(v <= 0.005 for v in door) and infer_door["0.01"] == sum(v <= 0.01 for v in door)
+    values = list(infer_door.values())
+    assert values == sorted(values)  # cumulative
+    count = next(s.value for s in hist.samples if s.name.endswith("_count") and s.labels == {"stage": "infer",
+                                                                                          "source": "yard"})
+    assert count == 10
+    events = {(s.labels["source"], s.labels["type"]): s.value for s in fams["edgert_events"].samples}
+    assert events == {("yard", "line_cross"): 2, ("door", "line_cross"): 4}  # i in 0, 15 and 5, 10, 20, 25
+    lines = {(s.labels["source"], s.labels["line"], s.labels["direction"]): s.value
+             for s in fams["edgert_line_crossings"].samples}
+    assert lines == {("door", "mid", "in"): 3, ("door", "mid", "out"): 1}
+    zone = {s.labels["source"]: s.value for s in fams["edgert_zone_occupancy"].samples}
+    assert zone == {"yard": 2}
+
+
+def test_telemetry_gauges() -> None:
+    stats = PipelineStats()
+    stats.telemetry = {"temperatures_c": {"cpu": 51.5, "gpu": 49.0}, "clocks_mhz": {"gpu": 612.0},
+                       "load": {"gpu": 0.42}, "throttle": ["thermal"], "fan_ratio": 0.3}
+    observer = MetricsObserver()
+    observer.on_frame(stats)
+    fams = {f.name: f for f in parser.text_string_to_metric_families(observer.render())}
+    assert {s.labels["zone"]: s.value for s in fams["edgert_temperature_celsius"].samples} == {"cpu": 51.5, "gpu": 49}
+    assert fams["edgert_clock_hertz"].samples[0].value == 612e6
+    assert fams["edgert_throttled"].samples[0].labels == {"reason": "thermal"}
+    assert fams["edgert_fan_ratio"].samples[0].value == 0.3
