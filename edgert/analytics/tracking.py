@@ -97,7 +97,7 @@ class Tracker:
         if self._own:
             ids = self._impl.update(detections.xyxy.astype(np.float32, copy=False), detections.confidence,
                                     frame_index / self.frame_rate)
-            return self._keep(detections, ids)
+            return self._keep(detections, ids, timestamp)
         assert self._sv is not None
         sv_in = self._sv.Detections(
             xyxy=detections.xyxy.astype(np.float32, copy=False),
@@ -109,9 +109,9 @@ class Tracker:
         ids = np.full(n, -1, np.int64)
         if len(out):
             ids[np.asarray(out.data["edgert_index"], np.int64)] = np.asarray(out.tracker_id, np.int64)
-        return self._keep(detections, ids)
+        return self._keep(detections, ids, timestamp)
 
-    def _keep(self, detections: Detections, ids: np.ndarray) -> Detections:
+    def _keep(self, detections: Detections, ids: np.ndarray, timestamp: float | None) -> Detections:
         tracked = detections.with_track_id(ids)
         if not self.config.keep_untracked:
             tracked = tracked[ids >= 0]
