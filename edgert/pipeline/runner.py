@@ -51,6 +51,7 @@ from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.stats import STAGES, PipelineStats
+from edgert.redact import redact
 
 __all__ = ["Pipeline", "run_pipeline"]
 
@@ -73,6 +74,10 @@ class _Frame:
     started: float = 0.0
     file: str | None = None
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
+
+
+class _StoppedAtStart(Exception):
+    """A stop was requested while the sinks were being prepared: none is opened (truncated)."""
 
 
 @dataclass(eq=False)
@@ -103,6 +108,7 @@ class _Feed:
         self.last_done: float | None = None
         self.buffer_allocations = 0
         self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
+        self.opened = False  # its source opened (edgert.pipeline.startup); a source that did not is reported
 
     def fps(self) -> float:
         if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
@@ -120,7 +126,7 @@ class _Feed:
             out["corrupt_frames"] = int(self.source.skipped)
         for worker in self.workers:
             if worker.dropped:
-                out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
+                out[f"sink:{redact(worker.sink.uri)}"] = int(worker.dropped)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -128,10 +134,10 @@ class _Feed:
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
             "detections": self.detections, "drops": self.drops(),
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
-            "sinks": [w.sink.uri for w in self.workers],
+            "sinks": [redact(w.sink.uri) for w in self.workers],
         }
         if self.error is not None:
-            out["error"] = self.error
+            out["error"] = redact(self.error)
         if self.stages:
             from edgert.analytics.stages import stages_summary
 
@@ -224,9 +230,13 @@ class Pipeline:
                         log.warning("observer %r failed on stop request", observer, exc_info=True)
 
     def abort(self, reason: str = "aborted") -> None:
-        """Stop now, dropping frames in flight."""
+        """Stop now, dropping frames in flight; network sinks stop waiting for acknowledgements."""
         self.request_stop(reason)
         self._abort.set()
+        for worker in list(self._workers):
+            abandon = getattr(worker.sink, "abandon", None)
+            if abandon is not None:
+                abandon()
 
     def _fail(self, exc: BaseException) -> None:
         self._errors.append(exc)
@@ -235,9 +245,6 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
-        from edgert.pipeline.hooks import RunHooks
-        from edgert.pipeline.processors import open_processor
-
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
@@ -245,6 +252,20 @@ class Pipeline:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
         self._feeds = self._make_feeds()
+        # Handlers first: a SIGTERM from here on stops the run cleanly (before the sinks open: with every
+        # output untouched), and they stay until the last file sink is closed, so a second signal during the
+        # close still finalises the files.
+        restore = self._install_signals()
+        try:
+            return self._run(started)
+        finally:
+            restore()
+
+    def _run(self, started: float) -> dict[str, Any]:
+        from edgert.pipeline.hooks import RunHooks
+        from edgert.pipeline.processors import open_processor
+        from edgert.pipeline.startup import close_order, enter_sources
+
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
@@ -259,15 +280,15 @@ class Pipeline:
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
-                    for feed in self._feeds:
-                        stack.enter_context(feed.source)
+                    enter_sources(self._feeds, stack, self._stop.is_set)
+                    self._allocate(processor)  # the tracker and the frames too, before any output is truncated
                     self._open_sinks()
                     try:
-                        self._allocate(processor)
                         self._info = self._start_info(processor)
-                        self._run_threads(processor)
+                        if not self._stop.is_set():  # a signal during start-up: outputs were left alone
+                            self._run_threads(processor)
                     finally:
-                        for worker in self._workers:
+                        for worker in close_order(self._workers):  # network sinks first, files last
                             worker.close()
                     summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
             finally:
@@ -315,13 +336,16 @@ class Pipeline:
 
         feeds = self._feeds
         several = len(feeds) > 1
+        from edgert.pipeline.startup import open_feeds, source_sink_spec
+
+        live = open_feeds(feeds)  # a source that did not open gets no sinks: its outputs are left alone
         plan: list[tuple[Any, _Feed | None]] = []  # (spec, the feed it is for; None: shared)
         for spec in self._sink_specs:
             if isinstance(spec, str) and "{source}" in spec:
-                plan += [(spec.replace("{source}", feed.name), feed) for feed in feeds]
+                plan += [(source_sink_spec(spec, feed.name), feed) for feed in live]
             else:
                 plan.append((spec, None))
-        for feed in feeds:
+        for feed in live:
             if feed.config is not None:
                 plan += [(spec, feed) for spec in feed.config.sinks]
         prepared: list[tuple[Any, _Feed | None]] = []
@@ -334,9 +358,11 @@ class Pipeline:
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
                                       "source's sinks")
                 sink.prepare()
+            if self._stop.is_set():  # a signal while starting: release what was claimed, truncate nothing
+                raise _StoppedAtStart
             for sink, owner in prepared:
                 # The first source's size and rate for a shared sink; a multi-source one reads each frame's own.
-                src = (owner or feeds[0]).source
+                src = (owner or live[0]).source
                 names = (owner.name,) if owner is not None else tuple(feed.name for feed in feeds)
                 sink.open(StreamInfo(src.width, src.height, src.fps, self._names, self._sink_title(owner),
                                      self.stats, names))
@@ -347,7 +373,7 @@ class Pipeline:
                     self._shared.append(worker)
                 else:
                     owner.workers.append(worker)
-        except BaseException:
+        except BaseException as failure:
             for worker in self._workers:
                 worker.close()
             for sink, _ in prepared[len(self._workers):]:
@@ -358,6 +384,8 @@ class Pipeline:
             self._workers, self._shared = [], []
             for feed in feeds:
                 feed.workers = []
+            if isinstance(failure, _StoppedAtStart):
+                return
             raise
         shared_draw = any(w.sink.needs_image for w in self._shared)
         for feed in feeds:
@@ -384,6 +412,8 @@ class Pipeline:
             for feed in self._feeds:  # each source its own tracks and counts
                 feed.stages = make_result_stages(self.config, feed.source.fps)
         for feed in self._feeds:
+            if not feed.opened:
+                continue
             feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
                                 for _ in range(count))
             for f in feed.frames:
@@ -421,7 +451,7 @@ class Pipeline:
             "source_info": first.info(),
             "sources": [f.name for f in self._feeds],
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
-            "sinks": [w.sink.uri for w in self._workers],
+            "sinks": [redact(w.sink.uri) for w in self._workers],
             "slots": len(processor.slots),
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
@@ -434,7 +464,7 @@ class Pipeline:
         q_work: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         q_done: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         stages: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
-            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds]
+            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds if feed.opened]
         stages.append(("batcher", self._batcher, (processor.batch, q_work, lanes)))
         stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
                    for k, slot in enumerate(processor.slots)]
@@ -443,7 +473,6 @@ class Pipeline:
             threading.Thread(target=self._guard, args=(fn, args), name=f"edgert-{name}", daemon=True)
             for name, fn, args in stages
         ]
-        restore = self._install_signals()
         if self._hooks is not None:
             self._hooks.begin()
         try:
@@ -461,7 +490,6 @@ class Pipeline:
         finally:
             if self._hooks is not None:
                 self._hooks.end()
-            restore()
 
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
@@ -719,7 +747,7 @@ class Pipeline:
             self.stats.set_drops(reason, n)
         for worker in self._workers:
             if worker.dropped:
-                self.stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
+                self.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
 
     def _notify(self, method: str, arg: Any) -> None:
         for observer in list(self.observers):
@@ -761,7 +789,7 @@ class Pipeline:
             "processor": processor.describe() if processor is not None else None,
             "source": feeds[0].source.info() if len(feeds) == 1 else None,
             "sources": [feed.summary() for feed in feeds],
-            "sinks": [w.sink.uri for w in self._workers],
+            "sinks": [redact(w.sink.uri) for w in self._workers],
             "frames": stats.frames,
             "fps": round(stats.average_fps, 2),
             "latency_ms": stats.latency_ms(),
@@ -784,7 +812,7 @@ class Pipeline:
             summary.update(stages_summary(staged[0].stages))
         elif staged:
             summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
-        lost = {w.sink.uri: w.lost for w in self._workers if getattr(w, "lost", 0)}
+        lost = {redact(w.sink.uri): w.lost for w in self._workers if getattr(w, "lost", 0)}
         if lost:
             summary["lost"] = lost  # frames a failed sink did not write
         note = getattr(processor, "batch_note", None)
@@ -796,7 +824,7 @@ class Pipeline:
         if wall_s is not None:
             summary["wall_s"] = round(wall_s, 3)
         if self._errors:
-            summary["error"] = str(self._errors[0])
+            summary["error"] = redact(self._errors[0])
         return summary
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from edgert._package_data import read_text
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
+from edgert.redact import has_literal_secret, redact
 
 __all__ = [
     "DEFAULT_DEVICE_ALLOW",
@@ -134,6 +135,16 @@ def _sink_path(uri: str) -> str | None:
 def _publishes(config: PipelineConfig) -> bool:
     """Whether a sink sends to another machine (RTSP server, MQTT broker): the unit then waits for the network."""
     return any(s.strip().startswith(("rtsp://", "mqtt://", "mqtts://")) for s in config.sinks)
+
+
+def check_service_sources(config: PipelineConfig) -> None:
+    """A source URI with a password written out is refused: the config is readable by the unit's readers.
+    Credentials go in the EnvironmentFile and the URI names them (``rtsp://${CAM_USER}:${CAM_PASSWORD}@cam``)."""
+    for source in (config.source, *config.sources):
+        if source.uri and has_literal_secret(source.uri):
+            raise ServiceError(f"source {redact(source.uri)}: credentials do not belong in the config of a "
+                               "service (readable, shown by ps). Note: put them in the EnvironmentFile and write "
+                               "the URI as rtsp://${CAM_USER}:${CAM_PASSWORD}@HOST/PATH")
 
 
 def check_service_sinks(config: PipelineConfig) -> None:
@@ -351,6 +362,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         raise ServiceError("watchdog, start and stop timeouts must be positive seconds")
     check_service_paths(config, opts.name)
     check_service_sinks(config)
+    check_service_sources(config)
     model = Path(config.model.path) if config.model.path else None
     kind = source_kind(config.source.uri)
 
@@ -378,7 +390,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         exec_start += ["--metrics", opts.metrics]
     env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
 
-    summary = f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}"
+    summary = redact(f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}")
     values = {
         "HEADER": f"Rendered by `edgert service install` for {opts.config_path}. Edit that config, "
                   "then install again.",
