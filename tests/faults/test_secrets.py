@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.faults.conftest import closed_port, free_port, http_get, start_cli, stop, summary_of, wait_http
+from tests.faults.conftest import closed_port, free_port, start_cli, stop, summary_of, wait_http
 from tests.helpers import assert_one_line_error, run_cli
 
 USER, PASSWORD, TOKEN = "admin", "Sup3rSecretPW", "T0kenSecret"
@@ -77,7 +77,8 @@ def test_the_unit_never_holds_a_source_password(tmp_path: Path, media: dict[str,
                    env={"CAM_PASSWORD": PASSWORD, "CAM_USER": USER})
     assert unit.returncode == 0, unit.stderr
     _no_secret("the unit", unit.stdout)
-    assert "Description=edgert pipeline cam (t.onnx on rtsp://${CAM_USER}:${CAM_PASSWORD}@10.0.0.7/stream)" in unit.stdout
+    description = "Description=edgert pipeline cam (t.onnx on rtsp://${CAM_USER}:${CAM_PASSWORD}@10.0.0.7/stream)"
+    assert description in unit.stdout
     assert "EnvironmentFile=-/etc/edgert/cam.env" in unit.stdout
 
 
