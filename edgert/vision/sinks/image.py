@@ -71,6 +71,10 @@ class ImageFileSink(Sink):
         self.writes = 0
 
     def open(self, info: StreamInfo) -> None:
+        self.prepare()
+
+    def prepare(self) -> None:
+        """The format and the folder are checked before any sink of the run truncates its output."""
         from edgert.vision.image_io import encode_image
 
         lazy_import("cv2", "writing images")
@@ -116,7 +120,8 @@ class ImageFolderSink(Sink):
     """
 
     needs_image = True
-    queue_size = 32  # encoding a JPEG takes a few ms: a longer queue rides out bursts before dropping
+    lossless = True  # a folder of frames is a record, like a video: the pipeline waits rather than drop one
+    queue_size = 32  # encoding a JPEG takes a few ms: a longer queue rides out bursts
 
     def __init__(self, uri: str, folder: Path, every: int = 1, suffix: str = ".jpg") -> None:
         super().__init__(uri)
@@ -126,6 +131,10 @@ class ImageFolderSink(Sink):
         self.written = 0
 
     def open(self, info: StreamInfo) -> None:
+        self.prepare()
+
+    def prepare(self) -> None:
+        """The format and the folder are checked before any sink of the run truncates its output."""
         from edgert.vision.image_io import encode_image
 
         lazy_import("cv2", "writing images")
