@@ -33,6 +33,8 @@ def enter_sources(feeds: Sequence[Any], stack: contextlib.ExitStack, stopped: An
         try:
             stack.enter_context(feed.source)
         except EdgertError as exc:
+            if stopped is not None and stopped():
+                return  # the stop interrupted its retries: not a failure of the source
             if len(feeds) == 1:
                 raise
             feed.error = redact(exc)

@@ -78,3 +78,52 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float 
 
 def summary_of(stdout: str) -> dict[str, Any]:
     return dict(json.loads(stdout))
+
+
+class Cli:
+    """The CLI running in the background, its stderr collected line by line as it comes."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        import threading
+
+        self.proc = start_cli(*args, env=env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.stderr:
+                return
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                if needle in self.stderr:
+                    return
+                raise AssertionError(f"the run ended ({self.proc.returncode}) without {needle!r}: {self.stderr}")
+            time.sleep(0.05)
+        raise AssertionError(f"no {needle!r} within {timeout} s: {self.stderr}")
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str]:
+        """Wait for the exit; (exit status, stdout)."""
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read() if self.proc.wait(timeout) is not None else ""
+        self._reader.join(5)
+        return self.proc.returncode, out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
