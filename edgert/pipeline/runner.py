@@ -194,6 +194,7 @@ class Pipeline:
         self._cv = threading.Condition()
         self._info: dict[str, Any] = {}
         self._hooks: Any = None
+        self._deadline: Any = None  # edgert.pipeline.limits.StopDeadline, armed by a stop request
 
     @property
     def processor(self) -> Any:
@@ -216,6 +217,8 @@ class Pipeline:
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
+            if self._deadline is not None:
+                self._deadline.start()
             for feed in list(self._feeds):
                 feed.source.stop()
             with self._cv:
@@ -255,11 +258,23 @@ class Pipeline:
         # Handlers first: a SIGTERM from here on stops the run cleanly (before the sinks open: with every
         # output untouched), and they stay until the last file sink is closed, so a second signal during the
         # close still finalises the files.
+        from edgert.pipeline.limits import StopDeadline, stop_deadline_s
+
+        self._deadline = StopDeadline(stop_deadline_s(), self._stop_overdue)
         restore = self._install_signals()
         try:
             return self._run(started)
         finally:
+            self._deadline.cancel()
             restore()
+
+    def _stop_overdue(self) -> None:
+        """A graceful stop past its deadline: drop what is in flight and queued (counted), close the files."""
+        from edgert.pipeline.limits import drop_for_deadline
+
+        dropped = drop_for_deadline(self._feeds, self._workers, self._deadline.seconds)
+        self.stats.set_drops("stop_deadline", dropped)
+        self.abort(self._stop_reason or "stop deadline")
 
     def _run(self, started: float) -> dict[str, Any]:
         from edgert.pipeline.hooks import RunHooks
@@ -406,6 +421,10 @@ class Pipeline:
         # and the sinks take the last; each one more adds one frame of latency.
         share = max(1, -(-processor.batch // len(self._feeds)))
         count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
+        from edgert.pipeline.limits import check_frame_memory
+
+        check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))
+                            for f in self._feeds if f.opened], count)  # before any output is truncated
         if self.config.track is not None or self.config.analytics.enabled:
             from edgert.analytics.stages import make_result_stages
 

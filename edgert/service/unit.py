@@ -95,9 +95,12 @@ class UnitOptions:
     watchdog_s: int = 30
     start_timeout_s: int = 1800
     stop_timeout_s: int = 30
-    restart_s: int = 5
-    start_limit_interval_s: int = 600
-    start_limit_burst: int = 5
+    # A camera still booting fails a start only after source.timeout_s of retries (5 s), so such a start
+    # takes restart_s + ~2 s + 5 s >= 17 s: at most 10 in 180 s, under the burst of 12. A crash loop (a start
+    # failing at once, ~12 s a round) exceeds it and leaves the unit failed for an operator to see.
+    restart_s: int = 10
+    start_limit_interval_s: int = 180
+    start_limit_burst: int = 12
     metrics: str | None = None  # HOST:PORT for --metrics
     device_allow: tuple[str, ...] = DEFAULT_DEVICE_ALLOW
     extra_read_write: tuple[str, ...] = field(default_factory=tuple)
@@ -401,6 +404,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "RESTART_SEC": str(opts.restart_s),
         "START_TIMEOUT": str(opts.start_timeout_s),
         "STOP_TIMEOUT": str(opts.stop_timeout_s),
+        "STOP_DEADLINE": str(max(1, opts.stop_timeout_s // 2)),
         "USER": opts.user,
         "GROUP": opts.group or opts.user,
         "GROUPS": " ".join(opts.groups),
