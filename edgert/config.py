@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import sys
 import typing
 from collections.abc import Mapping
@@ -55,6 +56,7 @@ MAX_QUEUE_SIZE = 64
 MAX_SLOTS = 16
 MAX_BATCH = 64
 MAX_SOURCES = 64
+MAX_THREADS = 256  # CPU threads for a backend: more is a typo, and each holds a stack
 
 
 class FieldError(ValueError):
@@ -91,7 +93,8 @@ class ModelConfig:
     inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check(self.threads >= 0, "threads", f"expected a count >= 0, got {self.threads}")
+        _check(0 <= self.threads <= MAX_THREADS, "threads",
+               f"expected a count from 0 to {MAX_THREADS}, got {self.threads}")
 
 
 @dataclass(frozen=True)
@@ -372,6 +375,7 @@ class LineConfig:
         _check(bool(self.name), "name", "expected a name for the line")
         _check(len(self.points) == 2, "points", f"expected 2 points [[x1, y1], [x2, y2]], got {len(self.points)}")
         _check(tuple(self.points[0]) != tuple(self.points[1]), "points", "the two points are the same")
+        _check(_finite_points(self.points), "points", "expected finite numbers (no NaN or infinity)")
 
 
 @dataclass(frozen=True)
@@ -386,6 +390,11 @@ class ZoneConfig:
         _check(bool(self.name), "name", "expected a name for the zone")
         _check(len(self.polygon) >= 3, "polygon",
                f"expected at least 3 points [[x, y], ...], got {len(self.polygon)}")
+        _check(_finite_points(self.polygon), "polygon", "expected finite numbers (no NaN or infinity)")
+
+
+def _finite_points(points: tuple[tuple[float, float], ...]) -> bool:
+    return all(math.isfinite(float(v)) for point in points for v in point)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             self._slots.release()
 
     def server_close(self) -> None:
-        self.reaper.close()
+        reaper = getattr(self, "reaper", None)  # absent when the bind itself failed
+        if reaper is not None:
+            reaper.close()
         super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

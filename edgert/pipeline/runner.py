@@ -427,6 +427,9 @@ class Pipeline:
                             for f in self._feeds if f.opened], count)  # before any output is truncated
         if self.config.track is not None or self.config.analytics.enabled:
             from edgert.analytics.stages import make_result_stages
+            from edgert.pipeline.startup import check_analytics_classes
+
+            check_analytics_classes(self.config, self._names)
 
             for feed in self._feeds:  # each source its own tracks and counts
                 feed.stages = make_result_stages(self.config, feed.source.fps)
@@ -474,6 +477,7 @@ class Pipeline:
             "slots": len(processor.slots),
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
+            "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
         }
 
     def _run_threads(self, processor: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from edgert.errors import ConfigError, EdgertError, SourceError
 from edgert.redact import redact
 
-__all__ = ["close_order", "enter_sources", "open_feeds", "source_sink_spec"]
+__all__ = ["check_analytics_classes", "close_order", "enter_sources", "open_feeds", "source_sink_spec"]
 
 log = logging.getLogger("edgert.pipeline.runner")
 
@@ -66,6 +66,19 @@ def source_sink_spec(spec: str, name: str) -> str:
         raise ConfigError(f"source name {name!r} cannot fill {{source}} in {redact(spec)}: use 1 to 64 letters, "
                           "digits, '_', '-' and '.' (no '/', '..', '?', '#' or blanks)")
     return spec.replace("{source}", name)
+
+
+def check_analytics_classes(config: Any, names: Sequence[str]) -> None:
+    """Every class a line or zone counts is one of the model's (a name or an id): a typo would count nothing."""
+    if not names:
+        return  # a model without class names: ids only, which cannot be judged here
+    for kind, items in (("line", config.analytics.lines), ("zone", config.analytics.zones)):
+        for item in items:
+            for cls in item.classes or ():
+                if cls not in names and not (str(cls).isdigit() and int(cls) < len(names)):
+                    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+                    raise ConfigError(f"analytics: {kind} {item.name!r}: class {cls!r} is not one of the model's "
+                                      f"{len(names)} classes ({shown})")
 
 
 def close_order(workers: Sequence[Any]) -> list[Any]:
