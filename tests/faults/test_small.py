@@ -67,3 +67,28 @@ def test_the_report_embeds_any_name_safely(tmp_path: Path, media: dict[str, Path
     blob = html.split('<script type="application/json" id="edgert-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in blob and ">" not in blob  # nothing in it can end or reopen the element
     assert evil in json.dumps(json.loads(blob), ensure_ascii=False)  # and the data is the same
+
+
+def _yolo_set(tmp_path: Path, label: bytes) -> tuple[Path, Path]:
+    import cv2
+    import numpy as np
+
+    images, labels = tmp_path / "images", tmp_path / "labels"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    cv2.imwrite(str(images / "a.jpg"), np.full((32, 32, 3), 90, np.uint8))
+    (labels / "classes.txt").write_text("class0\nclass1\n")  # the tiny model's own names
+    (labels / "a.txt").write_bytes(label)
+    return images, labels
+
+
+def test_val_refuses_undecodable_and_impossible_labels(tmp_path: Path, media: dict[str, Path]) -> None:
+    cases = [(b"0 0.5 0.5 0.2 0.2 \xff\xfe\n", "not UTF-8"), (b"0 nan 0.5 0.2 0.2\n", "a.txt:1"),
+             (b"1 0.5 0.5 3.0 0.2\n", "a.txt:1"), (b"0 0.5 0.5 0 0.2\n", "a.txt:1")]
+    for i, (label, needle) in enumerate(cases):
+        images, labels = _yolo_set(tmp_path / str(i), label)
+        proc = run_cli("val", str(media["model"]), "--images", str(images), "--labels", str(labels))
+        assert_one_line_error(proc, needle)
+    fine, labels = _yolo_set(tmp_path / "fine", b"0 0.5 0.5 0.25 0.25\n")
+    ok = run_cli("val", str(media["model"]), "--images", str(fine), "--labels", str(labels), "--json")
+    assert ok.returncode == 0, ok.stderr
