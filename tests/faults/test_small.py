@@ -92,3 +92,28 @@ def test_val_refuses_undecodable_and_impossible_labels(tmp_path: Path, media: di
     fine, labels = _yolo_set(tmp_path / "fine", b"0 0.5 0.5 0.25 0.25\n")
     ok = run_cli("val", str(media["model"]), "--images", str(fine), "--labels", str(labels), "--json")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_the_frames_folder_is_locked_and_its_removal_noticed(tmp_path: Path, media: dict[str, Path]) -> None:
+    import time
+
+    frames = tmp_path / "frames"
+    first = Cli("-v", "run", "--model", str(media["model"]), "--source", str(media["long"]), "--loop",
+                "--sink", f"{frames}/")
+    try:
+        first.wait_for("opened video")
+        second = run_cli("run", "--model", str(media["model"]), "--source", str(media["video"]),
+                         "--sink", f"{frames}/")
+        assert_one_line_error(second, "is writing this file (locked)")
+        deadline = time.monotonic() + 30
+        while len(list(frames.glob("*.jpg"))) < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        frames.rename(tmp_path / "moved")  # taken away under the running sink: not silently made again
+        code, _ = first.finish(60)
+    finally:
+        first.kill()
+    errors = [line for line in first.stderr.splitlines() if line.startswith("edgert: error:")]
+    assert code == 1 and len(errors) == 1 and str(frames) in errors[0], first.stderr
+    # "the folder was removed" or, when the move fell between the check and a write, that write's failure
+    assert "the folder was removed during the run" in errors[0] or "cannot write the image" in errors[0]
+    assert not frames.exists() or not list(frames.glob("*.jpg"))  # nothing carried on in a folder made anew
