@@ -18,7 +18,9 @@ threads really do overlap.
   observers; then the frame buffer is free again.
 
 A source that fails in a run with several (a camera unplugged for good, a file that vanished) drops out and
-the others go on; the summary says what happened to it. With one source its failure stops the run.
+the others go on; the summary says what happened to it. With one source its failure stops the run. A source
+that cannot open at start is treated the same way (:mod:`edgert.pipeline.startup`): the run starts with the
+others and fails only when none opens.
 
 Why a ring of frame buffers: nothing is allocated per frame once the pipeline is warm. A fixed set of frames
 per source (``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
@@ -27,7 +29,10 @@ that write files (``Sink.lossless``) never drop a frame; they slow the pipeline 
 
 Stopping: end of input, ``max_frames``, :meth:`Pipeline.request_stop` (SIGINT/SIGTERM call it) all let
 the frames in flight finish and flush the sinks; an error in any stage, or a second signal, aborts within
-a fraction of a second.
+a fraction of a second. The signal handlers are in place from the start of :meth:`Pipeline.run` until the
+last sink has closed: a signal before the sinks open leaves every output untouched, and a second one while
+they close still finalises the files (network sinks close first and stop waiting). A graceful stop has a
+deadline (:mod:`edgert.pipeline.limits`), past which what is in flight is dropped, counted.
 """
 
 from __future__ import annotations
@@ -195,6 +200,7 @@ class Pipeline:
         self._info: dict[str, Any] = {}
         self._hooks: Any = None
         self._deadline: Any = None  # edgert.pipeline.limits.StopDeadline, armed by a stop request
+        self._outputs_open = False  # a sink has opened (truncated) its output: from then on, finalise on stop
 
     @property
     def processor(self) -> Any:
@@ -375,6 +381,7 @@ class Pipeline:
                 sink.prepare()
             if self._stop.is_set():  # a signal while starting: release what was claimed, truncate nothing
                 raise _StoppedAtStart
+            self._outputs_open = True
             for sink, owner in prepared:
                 # The first source's size and rate for a shared sink; a multi-source one reads each frame's own.
                 src = (owner or live[0]).source
@@ -536,6 +543,8 @@ class Pipeline:
             elif now - first_at[0] > 0.5:  # a copy of the same signal (e.g. sent to the process group) is not
                 log.warning("%s again: stopping now", name)  # a second request
                 self.abort(name)
+                if not self._outputs_open:  # nothing written yet (a model still loading, an engine building):
+                    raise KeyboardInterrupt  # leave at once
 
         old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
