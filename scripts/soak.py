@@ -6,7 +6,7 @@ endpoint; samples the process's RSS (``/proc/PID/status``) against the frames do
 and when every source has done its frames sends SIGTERM and times the exit. It reports:
 
 - RSS growth in KB per 1000 frames after warm-up (a least-squares slope over the samples past the first
-  quarter of the frames; the issue's bar: < 100);
+  quarter of the frames, and over the second half; the issue's bar: < 100), and the curve itself;
 - seconds from SIGTERM to exit, against the stop deadline (``EDGERT_STOP_DEADLINE_S``, default 10);
 - whether every output is whole: each JSONL line parses, each MP4 opens and its last frame decodes;
 - MQTT messages the broker delivered to a subscriber (when mosquitto and paho-mqtt are there).
@@ -223,6 +223,7 @@ def main() -> int:
     if broker is not None:
         broker.stop()
     warm = [s for s in samples if s[0] >= target // 4]
+    late = [s for s in samples if s[0] >= target // 2]
     summary = json.loads(out) if out.strip().startswith("{") else {}
     result = {
         "machine": machine_info(),
@@ -232,7 +233,10 @@ def main() -> int:
         "rss_kb_first": samples[0][1] if samples else None, "rss_kb_last": samples[-1][1] if samples else None,
         "rss_kb_per_1000_frames_after_warmup": None if _slope_kb_per_1000(warm) is None
         else round(float(_slope_kb_per_1000(warm) or 0.0), 1),
+        "rss_kb_per_1000_frames_second_half": None if _slope_kb_per_1000(late) is None
+        else round(float(_slope_kb_per_1000(late) or 0.0), 1),
         "samples": len(samples),
+        "rss_curve": [samples[i] for i in range(0, len(samples), max(1, len(samples) // 20))],
         "exit_code": proc.returncode, "sigterm_to_exit_s": round(exit_s, 2),
         "stop_deadline_s": float(os.environ.get("EDGERT_STOP_DEADLINE_S", "10")),
         "drops": summary.get("drops"), "counts": summary.get("counts"),
@@ -241,7 +245,7 @@ def main() -> int:
         "stderr_tail": err.splitlines()[-10:],
     }
     write_json(args.out, result)
-    print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "stderr_tail")}, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "stderr_tail", "rss_curve")}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
     return 0 if proc.returncode == 0 else 1
 
