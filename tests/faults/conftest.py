@@ -18,9 +18,6 @@ import pytest
 from tests.helpers import ROOT
 from tests.pipeline.media import make_video, tiny_detector
 
-pytest.importorskip("cv2")
-pytest.importorskip("onnxruntime")
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -35,6 +32,8 @@ def closed_port() -> int:
 
 @pytest.fixture(scope="session")
 def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("cv2", reason="the fault tests run the CLI on real videos (pip install opencv-python)")
+    pytest.importorskip("onnxruntime", reason="the fault tests run a real model (pip install onnxruntime)")
     root = tmp_path_factory.mktemp("faults")
     return {"model": tiny_detector(root / "t.onnx"), "video": make_video(root / "v.avi", frames=40),
             "long": make_video(root / "long.avi", frames=200)}
