@@ -175,14 +175,19 @@ class ImageFolderSink(Sink):
         return f"frame_{result.index:06d}{self.suffix}"
 
     def write(self, result: FrameResult) -> None:
-        from edgert.vision.image_io import write_image
+        from edgert.atomic_file import replace_file
+        from edgert.vision.image_io import encode_image
 
         if result.image is None or result.index % self.every:
             return
         if self._lock_fd is not None and (is_deleted(self._lock_fd) or _identity(self.folder) != self._identity):
             raise SinkError(f"{self.folder}: the folder was removed during the run; no frame is written from here")
+        target = self.folder / self.name_for(result)
         try:
-            write_image(self.folder / self.name_for(result), result.image)
+            # Not write_image: it makes missing folders, and a folder taken away must not be made again.
+            replace_file(target, encode_image(result.image, target.suffix))
+        except OSError as exc:
+            raise SinkError(f"{target}: cannot write the image: {exc.strerror or exc}") from None
         except Exception as exc:
             raise SinkError(str(exc)) from None
         self.written += 1
