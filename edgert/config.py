@@ -56,6 +56,7 @@ MAX_QUEUE_SIZE = 64
 MAX_SLOTS = 16
 MAX_BATCH = 64
 MAX_SOURCES = 64
+MAX_THREADS = 256  # CPU threads for a backend: more is a typo, and each holds a stack
 
 
 class FieldError(ValueError):
@@ -92,7 +93,8 @@ class ModelConfig:
     inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check(self.threads >= 0, "threads", f"expected a count >= 0, got {self.threads}")
+        _check(0 <= self.threads <= MAX_THREADS, "threads",
+               f"expected a count from 0 to {MAX_THREADS}, got {self.threads}")
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,27 @@ so 500 clients that connect and say nothing hold 500 threads (and a slow MJPEG v
 per stream) until the process dies. :class:`BoundedHTTPServer` gives every connection a socket timeout
 (an idle or stalled client is dropped after ``idle_timeout_s``) and answers connections beyond
 ``max_clients`` with an immediate ``503`` from the accepting thread, without starting a thread for them.
+
+The socket timeout is per ``recv``, so a client that trickles a header line every few seconds would never
+time out and could hold every slot (slowloris). Each request therefore also has a whole-request deadline:
+its request line and headers must arrive within ``header_timeout_s`` in total, or the connection is cut.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT_S", "BoundedHTTPServer"]
+__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "DEFAULT_IDLE_TIMEOUT_S", "BoundedHTTPServer"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 10.0
+DEFAULT_HEADER_TIMEOUT_S = 4.0  # a real client sends its request and headers in one packet
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 17\r\n"
          b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many clients\n")
 
@@ -30,12 +37,17 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128  # the default 5 loses connections under a burst before they are even counted
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 max_clients: int, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+                 max_clients: int, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S) -> None:
         self.max_clients = max_clients
         self.idle_timeout_s = idle_timeout_s
+        self.header_timeout_s = header_timeout_s
+        self.cut = 0  # connections cut because their request did not arrive whole in time
+        handler = _with_deadline(handler)
         self.refused = 0  # connections answered 503 because max_clients were busy
         self._slots = threading.BoundedSemaphore(max_clients)
         super().__init__(address, handler)
+        self.reaper = _Reaper(self)  # after the bind: a port in use leaves no thread behind
 
     def get_request(self) -> tuple[Any, Any]:
         request, address = super().get_request()
@@ -67,7 +79,76 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         finally:
             self._slots.release()
 
+    def server_close(self) -> None:
+        reaper = getattr(self, "reaper", None)  # absent when the bind itself failed
+        if reaper is not None:
+            reaper.close()
+        super().server_close()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that vanished mid-reply (reset, broken pipe) is the client's business: no traceback on
         # stderr (socketserver prints one by default), a debug line.
         log.debug("client %s: connection ended with an error", client_address, exc_info=True)
+
+
+
+class _Reaper:
+    """One thread per server that cuts connections whose request is overdue (one timer per request would be
+    one more thread per client: what the cap is there to bound)."""
+
+    def __init__(self, server: BoundedHTTPServer) -> None:
+        self.server = server
+        self._due: dict[Any, float] = {}  # handler -> monotonic deadline of its request
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="edgert-http-reaper", daemon=True)
+        self._thread.start()
+
+    def watch(self, handler: Any) -> None:
+        with self._lock:
+            self._due[handler] = time.monotonic() + self.server.header_timeout_s
+
+    def release(self, handler: Any) -> None:
+        with self._lock:
+            self._due.pop(handler, None)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                overdue = [h for h, due in self._due.items() if due <= now]
+                for handler in overdue:
+                    del self._due[handler]
+            for handler in overdue:
+                self.server.cut += 1
+                log.debug("cut %s: no whole request within %.0f s", handler.client_address,
+                          self.server.header_timeout_s)
+                try:
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already gone
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _with_deadline(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
+    """``handler`` whose every request must be read whole (request line and headers) within the server's
+    ``header_timeout_s``; the server's reaper cuts the connection otherwise, however slowly it trickles."""
+
+    class Deadline(handler):  # type: ignore[valid-type,misc]
+        def handle_one_request(self) -> None:
+            reaper: _Reaper = self.server.reaper  # type: ignore[attr-defined]
+            reaper.watch(self)
+            try:
+                super().handle_one_request()
+            finally:
+                reaper.release(self)
+
+        def parse_request(self) -> bool:
+            ok = bool(super().parse_request())  # the headers are read: the rest is the handler's business
+            self.server.reaper.release(self)  # type: ignore[attr-defined]
+            return ok
+
+    Deadline.__name__ = Deadline.__qualname__ = handler.__name__
+    return Deadline

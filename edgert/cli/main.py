@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from edgert import __version__
 from edgert.errors import EdgertError, OutputClosed
+from edgert.redact import install_log_redaction, redact
 from edgert.service.journal import JournalFormatter, stderr_is_journal
 
 # Subcommand modules under edgert.cli, in the order --help lists them. Each imports its heavy
@@ -34,6 +35,7 @@ def _setup_logging(verbosity: int) -> None:
     if stderr_is_journal():  # under systemd: <N> priority prefixes, so `journalctl -p warning` works
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
+    install_log_redaction()  # a camera's password in a URI never reaches the journal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgertError as exc:
         if args.debug:
             raise
-        print(f"{'<3>' if stderr_is_journal() else ''}edgert: error: {exc}", file=sys.stderr)
+        print(f"{'<3>' if stderr_is_journal() else ''}edgert: error: {redact(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgert: interrupted", file=sys.stderr)

@@ -45,6 +45,7 @@ def parse_batches(text: str, flag: str = "--check") -> list[int]:
 def run(args: argparse.Namespace) -> int:
     import onnx
 
+    from edgert.atomic_file import atomic_path
     from edgert.errors import ConfigError
     from edgert.rewrite.batch import check_batch_rewrite, rewrite_batch
 
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     res = rewrite_batch(src)
     checked = check_batch_rewrite(src, res.model, batches) if batches and not res.already_dynamic else []
     out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(res.model, str(out))
+    with atomic_path(out) as tmp:  # a killed rebatch leaves the old file (or none), never half a model
+        onnx.save(res.model, str(tmp))
     result = {"model": str(src), "output": str(out), "already_dynamic": res.already_dynamic,
               "changes": list(res.changes), "check": checked}
     if args.json:

@@ -327,22 +327,18 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
     observers.append(_AnnouncePreviews())
     if sys.stderr.isatty() and not getattr(args, "json", False):
         observers.append(_Progress(config.runtime.max_frames))
-    _announce_servers(config)
     summary: dict[str, Any] = Pipeline(config, observers=observers).run()
     if report is not None:
         print(f"edgert: report written to {report.path}", file=sys.stderr)
     return summary
 
 
-def _announce_servers(config: Any) -> None:
-    if config.runtime.metrics:
-        print(f"edgert: metrics at http://{config.runtime.metrics}/metrics", file=sys.stderr)
-
-
 class _AnnouncePreviews(BaseObserver):
     """Prints each web preview's address once the pipeline runs (its port is bound by then, not before)."""
 
     def on_start(self, info: dict[str, Any]) -> None:
+        if info.get("metrics"):  # bound by now, with its real port
+            print(f"edgert: metrics at {info['metrics']}", file=sys.stderr, flush=True)
         for uri in info.get("sinks", ()):
             if str(uri).startswith("http://"):
                 print(f"edgert: web preview at {str(uri).rstrip('/')}/", file=sys.stderr, flush=True)

@@ -59,6 +59,7 @@ def _label_names(arg: str | None) -> tuple[str, ...] | None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from edgert.atomic_file import write_atomic
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError, InputError
     from edgert.vision.detector import Detector
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.save_json)
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(coco_predictions(truth, found, names)), encoding="utf-8")
+            write_atomic(out, json.dumps(coco_predictions(truth, found, names)))  # whole, or the old file
         except OSError as exc:
             raise InputError(f"{out}: cannot write the detections: {exc.strerror or exc}") from None
     print(json.dumps(result, indent=2) if args.json else format_result(result))

@@ -18,7 +18,9 @@ threads really do overlap.
   observers; then the frame buffer is free again.
 
 A source that fails in a run with several (a camera unplugged for good, a file that vanished) drops out and
-the others go on; the summary says what happened to it. With one source its failure stops the run.
+the others go on; the summary says what happened to it. With one source its failure stops the run. A source
+that cannot open at start is treated the same way (:mod:`edgert.pipeline.startup`): the run starts with the
+others and fails only when none opens.
 
 Why a ring of frame buffers: nothing is allocated per frame once the pipeline is warm. A fixed set of frames
 per source (``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
@@ -27,7 +29,10 @@ that write files (``Sink.lossless``) never drop a frame; they slow the pipeline 
 
 Stopping: end of input, ``max_frames``, :meth:`Pipeline.request_stop` (SIGINT/SIGTERM call it) all let
 the frames in flight finish and flush the sinks; an error in any stage, or a second signal, aborts within
-a fraction of a second.
+a fraction of a second. The signal handlers are in place from the start of :meth:`Pipeline.run` until the
+last sink has closed: a signal before the sinks open leaves every output untouched, and a second one while
+they close still finalises the files (network sinks close first and stop waiting). A graceful stop has a
+deadline (:mod:`edgert.pipeline.limits`), past which what is in flight is dropped, counted.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.stats import STAGES, PipelineStats
+from edgert.redact import redact
 
 __all__ = ["Pipeline", "run_pipeline"]
 
@@ -74,6 +80,10 @@ class _Frame:
     started: float = 0.0
     file: str | None = None
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
+
+
+class _StoppedAtStart(Exception):
+    """A stop was requested while the sinks were being prepared: none is opened (truncated)."""
 
 
 @dataclass(eq=False)
@@ -105,6 +115,7 @@ class _Feed:
         self.buffer_allocations = 0
         self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
         self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
+        self.opened = False  # its source opened (edgert.pipeline.startup); a source that did not is reported
 
     def fps(self) -> float:
         if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
@@ -126,7 +137,7 @@ class _Feed:
             out["stale_frames"] = int(self.source.dropped)
         for worker in self.workers:
             if worker.dropped and not worker.sink.skips_frames:
-                out[f"sink:{worker.sink.uri}"] = int(worker.dropped)
+                out[f"sink:{redact(worker.sink.uri)}"] = int(worker.dropped)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -137,10 +148,10 @@ class _Feed:
             # seconds of the source's own time the run covered: the base for rates (crossings per minute)
             "media_s": round(self.media_span[1] - self.media_span[0], 3) if self.media_span else 0.0,
             "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
-            "sinks": [w.sink.uri for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
+            "sinks": [redact(w.sink.uri) for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
         }
         if self.error is not None:
-            out["error"] = self.error
+            out["error"] = redact(self.error)
         if self.stages:
             from edgert.analytics.stages import stages_summary
 
@@ -203,6 +214,8 @@ class Pipeline:
         self._cv = threading.Condition()
         self._info: dict[str, Any] = {}
         self._hooks: Any = None
+        self._deadline: Any = None  # edgert.pipeline.limits.StopDeadline, armed by a stop request
+        self._outputs_open = False  # a sink has opened (truncated) its output: from then on, finalise on stop
 
     @property
     def processor(self) -> Any:
@@ -225,6 +238,8 @@ class Pipeline:
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
+            if self._deadline is not None:
+                self._deadline.start()
             for feed in list(self._feeds):
                 feed.source.stop()
             with self._cv:
@@ -239,9 +254,13 @@ class Pipeline:
                         log.warning("observer %r failed on stop request", observer, exc_info=True)
 
     def abort(self, reason: str = "aborted") -> None:
-        """Stop now, dropping frames in flight."""
+        """Stop now, dropping frames in flight; network sinks stop waiting for acknowledgements."""
         self.request_stop(reason)
         self._abort.set()
+        for worker in list(self._workers):
+            abandon = getattr(worker.sink, "abandon", None)
+            if abandon is not None:
+                abandon()
 
     def _fail(self, exc: BaseException) -> None:
         self._errors.append(exc)
@@ -250,9 +269,6 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
-        from edgert.pipeline.hooks import RunHooks
-        from edgert.pipeline.processors import open_processor
-
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
@@ -260,6 +276,32 @@ class Pipeline:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
         self._feeds = self._make_feeds()
+        # Handlers first: a SIGTERM from here on stops the run cleanly (before the sinks open: with every
+        # output untouched), and they stay until the last file sink is closed, so a second signal during the
+        # close still finalises the files.
+        from edgert.pipeline.limits import StopDeadline, stop_deadline_s
+
+        self._deadline = StopDeadline(stop_deadline_s(), self._stop_overdue)
+        restore = self._install_signals()
+        try:
+            return self._run(started)
+        finally:
+            self._deadline.cancel()
+            restore()
+
+    def _stop_overdue(self) -> None:
+        """A graceful stop past its deadline: drop what is in flight and queued (counted), close the files."""
+        from edgert.pipeline.limits import drop_for_deadline
+
+        dropped = drop_for_deadline(self._feeds, self._workers, self._deadline.seconds)
+        self.stats.set_drops("stop_deadline", dropped)
+        self.abort(self._stop_reason or "stop deadline")
+
+    def _run(self, started: float) -> dict[str, Any]:
+        from edgert.pipeline.hooks import RunHooks
+        from edgert.pipeline.processors import open_processor
+        from edgert.pipeline.startup import close_order, enter_sources
+
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
@@ -279,16 +321,16 @@ class Pipeline:
                         if start is not None:
                             stack.callback(feed.source.close)
                             start()
-                    for feed in self._feeds:
-                        stack.enter_context(feed.source)
+                    enter_sources(self._feeds, stack, self._stop.is_set)
                     self._make_stages()  # bad lines and zones are refused before any sink truncates its file
+                    self._allocate(processor)  # the frames too, before any output is truncated
                     self._open_sinks()
                     try:
-                        self._allocate(processor)
                         self._info = self._start_info(processor)
-                        self._run_threads(processor)
+                        if not self._stop.is_set():  # a signal during start-up: outputs were left alone
+                            self._run_threads(processor)
                     finally:
-                        for worker in self._workers:
+                        for worker in close_order(self._workers):  # network sinks first, files last
                             worker.close()
                     summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
             finally:
@@ -345,13 +387,16 @@ class Pipeline:
 
         feeds = self._feeds
         several = len(feeds) > 1
+        from edgert.pipeline.startup import open_feeds, source_sink_spec
+
+        live = open_feeds(feeds)  # a source that did not open gets no sinks: its outputs are left alone
         plan: list[tuple[Any, _Feed | None]] = []  # (spec, the feed it is for; None: shared)
         for spec in self._sink_specs:
             if isinstance(spec, str) and "{source}" in spec:
-                plan += [(spec.replace("{source}", feed.name), feed) for feed in feeds]
+                plan += [(source_sink_spec(spec, feed.name), feed) for feed in live]
             else:
                 plan.append((spec, None))
-        for feed in feeds:
+        for feed in live:
             if feed.config is not None:
                 plan += [(spec, feed) for spec in feed.config.sinks]
         prepared: list[tuple[Any, _Feed | None]] = []
@@ -364,9 +409,12 @@ class Pipeline:
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
                                       "source's sinks")
                 sink.prepare()
+            if self._stop.is_set():  # a signal while starting: release what was claimed, truncate nothing
+                raise _StoppedAtStart
+            self._outputs_open = True
             for sink, owner in prepared:
                 # The first source's size and rate for a shared sink; a multi-source one reads each frame's own.
-                src = (owner or feeds[0]).source
+                src = (owner or live[0]).source
                 names = (owner.name,) if owner is not None else tuple(feed.name for feed in feeds)
                 sink.open(StreamInfo(src.width, src.height, src.fps, self._names, self._sink_title(owner),
                                      self.stats, names))
@@ -377,7 +425,7 @@ class Pipeline:
                     self._shared.append(worker)
                 else:
                     owner.workers.append(worker)
-        except BaseException:
+        except BaseException as failure:
             for worker in self._workers:
                 worker.close()
             for sink, _ in prepared[len(self._workers):]:
@@ -388,6 +436,8 @@ class Pipeline:
             self._workers, self._shared = [], []
             for feed in feeds:
                 feed.workers = []
+            if isinstance(failure, _StoppedAtStart):
+                return
             raise
         shared_draw = any(w.sink.needs_image for w in self._shared)
         for feed in feeds:
@@ -408,7 +458,13 @@ class Pipeline:
         # and the sinks take the last; each one more adds one frame of latency.
         share = max(1, -(-processor.batch // len(self._feeds)))
         count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
+        from edgert.pipeline.limits import check_frame_memory
+
+        check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))
+                            for f in self._feeds if f.opened], count)  # before any output is truncated
         for feed in self._feeds:
+            if not feed.opened:
+                continue
             attach = getattr(feed.source, "attach", None)
             if attach is not None:  # a capture worker's ring: its slots are the frames' pixels, lent per frame
                 attach(count, getattr(processor, "register_frames", None))
@@ -424,6 +480,8 @@ class Pipeline:
             from edgert.analytics.stages import make_result_stages
 
             for feed in self._feeds:  # each source its own tracks and counts, its lines checked on its frame
+                if not feed.opened:
+                    continue  # a source that did not open has no frame to check its lines on
                 size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
                 feed.stages = make_result_stages(self.config, feed.source.fps, size, self._names, feed.name)
 
@@ -459,10 +517,11 @@ class Pipeline:
             "source_info": first.info(),
             "sources": [f.name for f in self._feeds],
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
-            "sinks": [w.sink.uri for w in self._workers],
+            "sinks": [redact(w.sink.uri) for w in self._workers],
             "slots": len(processor.slots),
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
+            "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
         }
 
     def _run_threads(self, processor: Any) -> None:
@@ -472,7 +531,7 @@ class Pipeline:
         q_work: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         q_done: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         stages: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
-            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds]
+            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds if feed.opened]
         stages.append(("batcher", self._batcher, (processor.batch, q_work, lanes)))
         stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
                    for k, slot in enumerate(processor.slots)]
@@ -481,7 +540,6 @@ class Pipeline:
             threading.Thread(target=self._guard, args=(fn, args), name=f"edgert-{name}", daemon=True)
             for name, fn, args in stages
         ]
-        restore = self._install_signals()
         if self._hooks is not None:
             self._hooks.begin()
         try:
@@ -499,7 +557,6 @@ class Pipeline:
         finally:
             if self._hooks is not None:
                 self._hooks.end()
-            restore()
 
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
@@ -523,6 +580,8 @@ class Pipeline:
             elif now - first_at[0] > 0.5:  # a copy of the same signal (e.g. sent to the process group) is not
                 log.warning("%s again: stopping now", name)  # a second request
                 self.abort(name)
+                if not self._outputs_open:  # nothing written yet (a model still loading, an engine building):
+                    raise KeyboardInterrupt  # leave at once
 
         old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -764,7 +823,7 @@ class Pipeline:
             self.stats.set_drops(reason, n)
         for worker in self._workers:
             if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
-                self.stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
+                self.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
 
     def _notify(self, method: str, arg: Any) -> None:
         for observer in list(self.observers):
@@ -819,7 +878,7 @@ class Pipeline:
             "processor": processor.describe() if processor is not None else None,
             "source": feeds[0].source.info() if len(feeds) == 1 else None,
             "sources": [feed.summary() for feed in feeds],
-            "sinks": [w.sink.uri for w in self._workers],
+            "sinks": [redact(w.sink.uri) for w in self._workers],
             "frames": stats.frames,
             "fps": round(stats.average_fps, 2),
             "latency_ms": stats.latency_ms(),
@@ -844,13 +903,14 @@ class Pipeline:
             summary.update(stages_summary(staged[0].stages))
         elif staged:
             summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
-        skipped = {f"sink:{w.sink.uri}": int(w.dropped) for w in self._workers if w.sink.skips_frames and w.dropped}
+        skipped = {f"sink:{redact(w.sink.uri)}": int(w.dropped) for w in self._workers
+                   if w.sink.skips_frames and w.dropped}
         if skipped:
             summary["skipped"] = skipped  # frames a slow viewer skipped by design, not in dropped
-        notes = {w.sink.uri: w.sink.note for w in self._workers if getattr(w.sink, "note", None)}
+        notes = {redact(w.sink.uri): w.sink.note for w in self._workers if getattr(w.sink, "note", None)}
         if notes:
             summary["sink_notes"] = notes  # what a sink wrote, e.g. a video's codec (a fallback says so)
-        lost = {w.sink.uri: w.lost for w in self._workers if getattr(w, "lost", 0)}
+        lost = {redact(w.sink.uri): w.lost for w in self._workers if getattr(w, "lost", 0)}
         if lost:
             summary["lost"] = lost  # frames a failed sink did not write
         note = getattr(processor, "batch_note", None)
@@ -862,7 +922,7 @@ class Pipeline:
         if wall_s is not None:
             summary["wall_s"] = round(wall_s, 3)
         if self._errors:
-            summary["error"] = str(self._errors[0])
+            summary["error"] = redact(self._errors[0])
         return summary
 
 

@@ -62,7 +62,10 @@ def page(title: str, body: str, *, subtitle: str = "", data: Any = None) -> str:
     made = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     blob = ""
     if data is not None:
-        text = json.dumps(_json_safe(data), default=str, allow_nan=False).replace("</", "<\\/")  # no </script>
+        # <, > and & escaped as JSON escapes: no name (``<!--<script>``, ``</script>``) can end or
+        # reopen the element, and the parsed data is unchanged.
+        text = (json.dumps(_json_safe(data), default=str, allow_nan=False)
+                .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
         blob = f'<script type="application/json" id="edgert-data">{text}</script>\n'
     sub = f"{_e(subtitle)} · " if subtitle else ""
     return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

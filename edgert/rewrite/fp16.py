@@ -34,6 +34,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from edgert._lazy import lazy_import
+from edgert.atomic_file import atomic_path
 from edgert.errors import ModelError
 from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
@@ -357,9 +358,8 @@ def convert_file(src: str | Path, dst: str | Path, keep_tail: bool = True,
                          ) from exc
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(dst.name + ".tmp")
-        onnx.save(result.model, str(tmp))
-        tmp.replace(dst)
+        with atomic_path(dst) as tmp:  # removed again when the save fails: no stray .tmp beside the output
+            onnx.save(result.model, str(tmp))
     except OSError as exc:
         raise ModelError(f"{dst}: cannot write the FP16 model: {exc}") from exc
     return {"model": str(src), "output": str(dst), "converter": f"onnxconverter-common {converter_version()}",

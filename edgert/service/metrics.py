@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from edgert.errors import ConfigError, ServiceError
 from edgert.http_limits import BoundedHTTPServer
+from edgert.redact import redact
 from edgert.stats import LATENCY_BUCKETS, STAGES
 
 __all__ = ["CONTENT_TYPE", "MetricsObserver", "MetricsServer", "parse_listen", "render_metrics"]
@@ -220,6 +221,8 @@ class MetricsObserver:
                 if isinstance(value, Mapping):  # the pipeline describes its source as a dict with its uri
                     value = value.get("uri")
                 if value is not None:
+                    if key == "source":  # a camera's password must not become a label
+                        value = [redact(v) for v in value] if isinstance(value, list) else redact(value)
                     self._info[key] = value
             stats = info.get("stats") if isinstance(info, Mapping) else getattr(info, "stats", None)
             if stats is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from edgert._package_data import read_text
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
+from edgert.redact import has_literal_secret, redact
 
 __all__ = [
     "DEFAULT_DEVICE_ALLOW",
@@ -94,9 +95,12 @@ class UnitOptions:
     watchdog_s: int = 30
     start_timeout_s: int = 1800
     stop_timeout_s: int = 30
-    restart_s: int = 5
-    start_limit_interval_s: int = 600
-    start_limit_burst: int = 5
+    # A camera still booting fails a start only after source.timeout_s of retries (5 s), so such a start
+    # takes restart_s + ~2 s + 5 s >= 17 s: at most 10 in 180 s, under the burst of 12. A crash loop (a start
+    # failing at once, ~12 s a round) exceeds it and leaves the unit failed for an operator to see.
+    restart_s: int = 10
+    start_limit_interval_s: int = 180
+    start_limit_burst: int = 12
     metrics: str | None = None  # HOST:PORT for --metrics
     device_allow: tuple[str, ...] = DEFAULT_DEVICE_ALLOW
     extra_read_write: tuple[str, ...] = field(default_factory=tuple)
@@ -134,6 +138,16 @@ def _sink_path(uri: str) -> str | None:
 def _publishes(config: PipelineConfig) -> bool:
     """Whether a sink sends to another machine (RTSP server, MQTT broker): the unit then waits for the network."""
     return any(s.strip().startswith(("rtsp://", "mqtt://", "mqtts://")) for s in config.sinks)
+
+
+def check_service_sources(config: PipelineConfig) -> None:
+    """A source URI with a password written out is refused: the config is readable by the unit's readers.
+    Credentials go in the EnvironmentFile and the URI names them (``rtsp://${CAM_USER}:${CAM_PASSWORD}@cam``)."""
+    for source in (config.source, *config.sources):
+        if source.uri and has_literal_secret(source.uri):
+            raise ServiceError(f"source {redact(source.uri)}: credentials do not belong in the config of a "
+                               "service (readable, shown by ps). Note: put them in the EnvironmentFile and write "
+                               "the URI as rtsp://${CAM_USER}:${CAM_PASSWORD}@HOST/PATH")
 
 
 def check_service_sinks(config: PipelineConfig) -> None:
@@ -351,6 +365,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         raise ServiceError("watchdog, start and stop timeouts must be positive seconds")
     check_service_paths(config, opts.name)
     check_service_sinks(config)
+    check_service_sources(config)
     model = Path(config.model.path) if config.model.path else None
     kind = source_kind(config.source.uri)
 
@@ -378,7 +393,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         exec_start += ["--metrics", opts.metrics]
     env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
 
-    summary = f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}"
+    summary = redact(f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}")
     values = {
         "HEADER": f"Rendered by `edgert service install` for {opts.config_path}. Edit that config, "
                   "then install again.",
@@ -389,6 +404,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "RESTART_SEC": str(opts.restart_s),
         "START_TIMEOUT": str(opts.start_timeout_s),
         "STOP_TIMEOUT": str(opts.stop_timeout_s),
+        "STOP_DEADLINE": str(max(1, opts.stop_timeout_s // 2)),
         "USER": opts.user,
         "GROUP": opts.group or opts.user,
         "GROUPS": " ".join(opts.groups),

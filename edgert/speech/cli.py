@@ -141,6 +141,8 @@ def cli_run(config: PipelineConfig, args: Any) -> int:
         chain = stack.enter_context(build_chain(config, on_event))
         source = stack.enter_context(open_audio(uri, config.speech.chunk_samples))
         sinks.extend(stack.enter_context(open_event_sink(u)) for u in config.sinks)
+        for sink in sinks:  # every one claimed: only now is any output truncated
+            sink.begin()
         summary = chain.run(source, max_chunks)
     summary["task"] = config.task
     summary["models"] = {stage: list(m) if isinstance(m, tuple) else m for stage, m in resolve_chain(config)[1].items()}

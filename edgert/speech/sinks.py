@@ -21,7 +21,11 @@ __all__ = ["EventSink", "open_event_sink"]
 
 
 class EventSink:
-    """A JSON Lines writer for speech events. A context manager."""
+    """A JSON Lines writer for speech events. A context manager.
+
+    Made, it holds its file open and locked but untouched; :meth:`begin` truncates it. A run claims every
+    sink first and begins them only when all could be claimed, so one bad sink leaves every output alone.
+    """
 
     def __init__(self, uri: str, path: str) -> None:
         self.uri = uri
@@ -37,14 +41,17 @@ class EventSink:
                 raise SinkError(f"{uri}: cannot write {p}: {exc.strerror}") from None
             try:
                 lock_output(fd, p)  # one writer per file: a second run fails naming the first
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.ftruncate(fd, 0)
             except BaseException:
                 os.close(fd)
                 raise
             self._fh: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
         else:
             self._fh = sys.stdout
+
+    def begin(self) -> None:
+        """Truncate the file (it was claimed untouched): call once every sink of the run is claimed."""
+        if self._own and stat.S_ISREG(os.fstat(self._fh.fileno()).st_mode):
+            os.ftruncate(self._fh.fileno(), 0)
 
     def write(self, event: dict[str, Any]) -> None:
         try:

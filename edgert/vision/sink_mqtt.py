@@ -21,6 +21,7 @@ what is still unacknowledged then is counted as dropped too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,12 @@ ENV_USERNAME = "EDGERT_MQTT_USERNAME"
 ENV_PASSWORD = "EDGERT_MQTT_PASSWORD"
 _OPTIONS = ("qos", "events", "queue", "client_id", "keepalive", "close_timeout", "ca")
 _MAX_QUEUE = 60000  # paho's message ids are 16-bit: keep every pending id distinct
+_MAX_TOPIC_BYTES = 65535  # MQTT's length prefix
+
+
+def _stable_client_id(host: str, port: int, topic: str) -> str:
+    digest = hashlib.sha1(f"{host}:{port}/{topic}".encode()).hexdigest()[:12]  # a name, not a secret
+    return f"edgert-{socket.gethostname()}-{digest}"[:64]
 
 
 def _number(uri: str, key: str, text: str, low: float, high: float) -> float:
@@ -65,7 +72,9 @@ class MqttSink(Sink):
         super().__init__(uri)
         self.host, self.port, self.topic, self.tls = host, port, topic, tls
         self.qos, self.events_only, self.max_queued = qos, events_only, max_queued
-        self.client_id = client_id or f"edgert-{socket.gethostname()}-{os.getpid()}"
+        # One id per sink instance, the same at every start: two sinks (one per source) never take over each
+        # other's session at the broker, and a restarted service finds its own.
+        self.client_id = client_id or _stable_client_id(host, port, topic)
         self.keepalive, self.close_timeout, self.ca_certs = keepalive, close_timeout, ca_certs
         self.published = 0  # messages the broker acknowledged (QoS 0: written to the socket)
         self.connects = 0
@@ -75,6 +84,8 @@ class MqttSink(Sink):
         self._pending: set[int] = set()  # message ids published but not yet acknowledged
         self._early: set[int] = set()  # acknowledged before publish() returned its id
         self._connected = False
+        self._closing = False  # our own disconnect() is not a loss
+        self._abandoned = threading.Event()  # a second signal: stop waiting for acknowledgements
         self._warned_full = False
 
     # -- URI ----------------------------------------------------------------------------------------
@@ -99,6 +110,9 @@ class MqttSink(Sink):
         if "+" in topic or "#" in topic:
             raise SinkError(f"{uri}: topic {topic!r} has a wildcard (+ or #): those are for subscribing; "
                             "publish to a plain topic such as edgert/cam1")
+        if "\0" in topic or len(topic.encode("utf-8", "surrogatepass")) > _MAX_TOPIC_BYTES:
+            raise SinkError(f"{uri}: the topic has a NUL character or is longer than {_MAX_TOPIC_BYTES} bytes: "
+                            "every publish would fail")
         options: dict[str, str] = {}
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             if key not in _OPTIONS:
@@ -122,14 +136,27 @@ class MqttSink(Sink):
         )
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def open(self, info: StreamInfo) -> None:
-        mqtt = lazy_import("paho.mqtt.client", "the MQTT sink")
+    def prepare(self) -> None:
+        """Checked before any sink of the run truncates its output: paho is there, the host resolves."""
+        lazy_import("paho.mqtt.client", "the MQTT sink")
         try:
             socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             # A name that does not resolve is a typo or a missing DNS entry: fail now. A broker that is
             # down is not an error: the client keeps trying in the background.
             raise SinkError(f"{self.uri}: cannot resolve the broker host {self.host!r}: {exc.strerror}") from None
+
+    def open(self, info: StreamInfo) -> None:
+        mqtt = lazy_import("paho.mqtt.client", "the MQTT sink")
+        self.prepare()
+        try:
+            socket.create_connection((self.host, self.port), timeout=2.0).close()
+        except OSError as exc:
+            # Said at once, not at close: the run goes on, messages wait in the queue (counted as drops when
+            # it is full, or at close when still unacknowledged) and the client keeps reconnecting.
+            log.warning("mqtt: broker %s:%d is unreachable (%s); the run goes on, messages wait in the queue "
+                        "(queue=%d) and what cannot be delivered is counted as dropped", self.host, self.port,
+                        exc.strerror or exc, self.max_queued)
         if hasattr(mqtt, "CallbackAPIVersion"):  # paho-mqtt 2.x (Python 3.9+)
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True)
         else:  # paho-mqtt 1.6 (Python 3.8)
@@ -166,7 +193,7 @@ class MqttSink(Sink):
         with self._lock:
             was = self._connected
             self._connected = False
-        if was:
+        if was and not self._closing:
             log.warning("mqtt: lost %s:%d; reconnecting, messages wait in the queue", self.host, self.port)
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
@@ -225,10 +252,16 @@ class MqttSink(Sink):
         with self._lock:
             while self._pending:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._abandoned.is_set():
                     return False
                 self._lock.wait(min(left, 0.5))
         return True
+
+    def abandon(self) -> None:
+        """Stop waiting for acknowledgements (a second signal): :meth:`close` then counts what is unsent."""
+        self._abandoned.set()
+        with self._lock:
+            self._lock.notify_all()
 
     def close(self) -> None:
         client = self._client
@@ -239,6 +272,7 @@ class MqttSink(Sink):
             self.dropped += unsent
             log.warning("mqtt: %d messages to %s were not acknowledged within %.0f s and are lost",
                         unsent, self.uri, self.close_timeout)
+        self._closing = True
         client.disconnect()
         client.loop_stop()
         self._client = None

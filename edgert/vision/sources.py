@@ -49,6 +49,7 @@ import numpy as np
 from edgert._lazy import lazy_import
 from edgert.config import SourceConfig
 from edgert.errors import SourceError, last_line
+from edgert.redact import expand_env, redact
 from edgert.vision.uri import file_path_text, insert_row, scheme
 
 __all__ = [
@@ -188,7 +189,7 @@ class FrameSource(abc.ABC):
     kind: str = "?"
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
+        self.uri = redact(uri)  # what logs, summaries and sinks show; openers keep the real URI to themselves
         self.width = 0
         self.height = 0
         self.fps: float | None = None  # nominal frames per second; None when the source has none
@@ -653,7 +654,7 @@ class LiveSource(FrameSource):
         try:
             cap = self._opener()
         except Exception as exc:  # OpenCV raises cv2.error, a plain Exception subclass
-            raise SourceError(f"{self.uri}: cannot open: {last_line(exc)}") from exc
+            raise SourceError(f"{self.uri}: cannot open: {redact(last_line(exc))}") from exc
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
@@ -662,7 +663,7 @@ class LiveSource(FrameSource):
 
     def open(self) -> None:
         cv2 = _cv2()
-        cap = self._connect()
+        cap = self._connect_at_start()
         ok, frame = cap.read()
         deadline = time.monotonic() + self._first_timeout
         while (not ok or frame is None) and time.monotonic() < deadline:
@@ -681,6 +682,25 @@ class LiveSource(FrameSource):
         self._start_grabber(cap, np.empty_like(frame))
         self._opened = True
         log.info("opened %s: %dx%d at %s fps", self.uri, self.width, self.height, self.fps)
+
+    def _connect_at_start(self) -> Any:
+        """Connect, retrying a camera or stream that is not up yet with the backoff used after a loss, for at
+        most ``timeout`` seconds (a camera that boots slower than the Jetson); then the last error."""
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            try:
+                return self._connect()
+            except SourceError as exc:
+                delay = min(self._max_backoff, self._backoff * (2 ** attempt))
+                attempt += 1
+                if self._stopping.is_set() or time.monotonic() + delay > deadline:
+                    if attempt == 1:
+                        raise
+                    raise SourceError(f"{exc} ({attempt} attempts in {self.timeout:g} s)") from None
+                log.warning("%s; retrying in %.1f s (attempt %d)", exc, delay, attempt)
+                if self._stopping.wait(delay):
+                    raise SourceError(f"{self.uri}: stopped before it could be opened") from None
 
     def _start_grabber(self, cap: Any, spare: np.ndarray | None) -> None:
         with self._cond:
@@ -959,7 +979,12 @@ def open_source(source: SourceConfig | str) -> FrameSource:
     row = next(row for row in SOURCES if row.accepts(uri))
     if row.name == "video":
         _refuse_unknown_scheme(uri)
-    return row.make(uri, config)
+    if "://" not in uri or uri.startswith("file://"):
+        return row.make(uri, config)
+    # A network URI may name its credentials as ${VAR}: only the opener sees them expanded.
+    made = row.make(expand_env(uri), config)
+    made.uri = redact(uri)
+    return made
 
 
 #: Schemes other tools use that edgert does not read, and what to do instead.
@@ -978,7 +1003,7 @@ def _refuse_unknown_scheme(uri: str) -> None:
         return
     name = match.group(1).lower()
     hint = _OTHER_SCHEMES.get(name, f"sources are {source_help()}")
-    raise SourceError(f"{uri}: {name}:// sources are not supported. Note: {hint}")
+    raise SourceError(f"{redact(uri)}: {name}:// sources are not supported. Note: {hint}")
 
 
 def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:

@@ -97,6 +97,9 @@ def _load_coco(path: Path, images_dir: Path) -> GroundTruth:
         by_image: dict[int, list[tuple[list[float], int, bool]]] = {}
         for a in anns:
             x, y, w, h = (float(v) for v in a["bbox"])
+            if not all(math.isfinite(v) for v in (x, y, w, h)) or w < 0 or h < 0:
+                raise ValueError(f"annotation {a.get('id')} has bbox {a['bbox']}: expected finite [x, y, w, h] "
+                                 "with w, h >= 0")
             by_image.setdefault(int(a["image_id"]), []).append(
                 ([x, y, x + w, y + h], int(a["category_id"]), bool(a.get("iscrowd", 0))))
     except (OSError, UnicodeDecodeError) as exc:
@@ -141,12 +144,12 @@ def _yolo_names(labels_dir: Path) -> tuple[str, ...] | None:
     for folder in (labels_dir, labels_dir.parent):
         classes = folder / "classes.txt"
         if classes.is_file():
-            return tuple(line.strip() for line in classes.read_text(encoding="utf-8").splitlines() if line.strip())
+            return tuple(line.strip() for line in _text(classes).splitlines() if line.strip())
         for name in ("data.yaml", "dataset.yaml"):
             spec = folder / name
             if spec.is_file():
                 try:
-                    names = (yaml.safe_load(spec.read_text(encoding="utf-8")) or {}).get("names")
+                    names = (yaml.safe_load(_text(spec)) or {}).get("names")
                 except (yaml.YAMLError, AttributeError) as exc:
                     raise InputError(f"{spec}: cannot read class names: {exc}") from None
                 if isinstance(names, Mapping):
@@ -154,6 +157,22 @@ def _yolo_names(labels_dir: Path) -> tuple[str, ...] | None:
                 if isinstance(names, list):
                     return tuple(str(n) for n in names)
     return None
+
+
+def _text(path: Path) -> str:
+    """A label file's text; one that is not UTF-8 (or unreadable) is a one-line error, not a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}): labels must be UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read labels: {exc.strerror or exc}") from None
+
+
+def _normalised_box(box: Sequence[float], slack: float = 1e-3) -> bool:
+    """cx, cy in [0, 1] and w, h in (0, 1], with a little slack for exporters' rounding."""
+    cx, cy, w, h = box
+    return -slack <= cx <= 1 + slack and -slack <= cy <= 1 + slack and 0 < w <= 1 + slack and 0 < h <= 1 + slack
 
 
 def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | None) -> GroundTruth:
@@ -172,7 +191,7 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
         rows: list[list[float]] = []
         if txt.is_file():  # no file: an image with no objects (YOLO's convention for background images)
             with_labels += 1
-            for n, line in enumerate(txt.read_text(encoding="utf-8").splitlines(), 1):
+            for n, line in enumerate(_text(txt).splitlines(), 1):
                 parts = line.split()
                 if not parts:
                     continue
@@ -180,7 +199,8 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
                     values = [float(v) for v in parts[:5]]
                 except ValueError:
                     values = []
-                if len(values) != 5 or values[0] != int(values[0]) or not 0 <= values[0] < len(names):
+                if len(values) != 5 or not all(math.isfinite(v) for v in values) or values[0] != int(values[0]) \
+                        or not 0 <= values[0] < len(names) or not _normalised_box(values[1:]):
                     raise InputError(f"{txt}:{n}: expected 'class cx cy w h' (normalised) with class "
                                      f"0..{len(names) - 1}, got {line.strip()[:60]!r}")
                 rows.append(values)

@@ -69,8 +69,9 @@ def test_csi_pipeline_unit_has_every_required_setting(tmp_path: Path) -> None:
     one = {k: v for k, v in _keys(text)}
     assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
     assert one["WatchdogSec"] == "30" and one["Restart"] == "on-failure"
-    assert one["StartLimitIntervalSec"] == "600" and one["StartLimitBurst"] == "5"
-    assert one["TimeoutStopSec"] == "30"
+    assert one["StartLimitIntervalSec"] == "180" and one["StartLimitBurst"] == "12" and one["RestartSec"] == "10"
+    environment = " ".join(_values(text, "Environment")).split()
+    assert one["TimeoutStopSec"] == "30" and "EDGERT_STOP_DEADLINE_S=15" in environment
     assert _values(text, "After") == ["nvargus-daemon.service"] == _values(text, "Wants")
     assert one["EnvironmentFile"] == "-/etc/edgert/camera.env"
     assert one["User"] == "edgert" and one["Group"] == "edgert" and one["SupplementaryGroups"] == "video render"

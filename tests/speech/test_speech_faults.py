@@ -39,3 +39,15 @@ def test_whisper_without_vad_writes_no_transcript_for_silence(tmp_path: Path, sp
     assert summary["chain"] == ["asr"]
     assert [json.loads(line) for line in events.read_text().splitlines()] == []
     assert summary["no_speech_segments"] == 2  # two 30 s windows (30 + 15 s), both taken for silence
+
+
+def test_a_bad_second_sink_leaves_the_first_ones_output_alone(tmp_path: Path, speech_models: Path) -> None:
+    wav = tmp_path / "quiet.wav"
+    sf.write(str(wav), np.zeros(SR, np.float32), SR)
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"type": "segment"}\n' * 10)
+    before = events.read_bytes()
+    r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--source", str(wav),
+                "--sink", f"jsonl://{events}", "--sink", f"jsonl://{tmp_path}/no-such-folder/e.jsonl")
+    assert_one_line_error(r, "no-such-folder does not exist")
+    assert events.read_bytes() == before

@@ -321,6 +321,23 @@ class SinkWorker:
             except Exception:
                 log.warning("on_failure of sink %s raised", self.sink.uri, exc_info=True)
 
+    def drop_queued(self) -> int:
+        """Drop the frames waiting in the queue (a stop past its deadline), counted in ``dropped``; how many."""
+        dropped = 0
+        while True:
+            try:
+                result = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if result is None:  # the end marker of a close already under way: it stays, last
+                self._queue.put_nowait(None)
+                break
+            dropped += 1
+            if result.image is not None:
+                self._free.put(result.image)
+        self._dropped += dropped
+        return dropped
+
     def close(self, timeout: float = 10.0) -> None:
         """Let the sink finish what is queued, then close it."""
         if self._thread is not None:

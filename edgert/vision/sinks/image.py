@@ -20,7 +20,10 @@ from edgert.vision.sinks.base import (
     Sink,
     StreamInfo,
     check_writable,
+    claim_file,
+    is_deleted,
     local_path,
+    unlink_quietly,
 )
 
 __all__ = ["ImageFileSink", "ImageFolderSink", "file_from_uri", "folder_from_uri", "is_folder", "is_image_file"]
@@ -71,6 +74,10 @@ class ImageFileSink(Sink):
         self.writes = 0
 
     def open(self, info: StreamInfo) -> None:
+        self.prepare()
+
+    def prepare(self) -> None:
+        """The format and the folder are checked before any sink of the run truncates its output."""
         from edgert.vision.image_io import encode_image
 
         lazy_import("cv2", "writing images")
@@ -108,6 +115,17 @@ class ImageFileSink(Sink):
         self._flush(time.monotonic())
 
 
+LOCK_NAME = ".edgert-lock"
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class ImageFolderSink(Sink):
     """One annotated image per frame (or per ``every`` frames) in a folder: ``frame_000042.jpg``.
 
@@ -116,7 +134,8 @@ class ImageFolderSink(Sink):
     """
 
     needs_image = True
-    queue_size = 32  # encoding a JPEG takes a few ms: a longer queue rides out bursts before dropping
+    lossless = True  # a folder of frames is a record, like a video: the pipeline waits rather than drop one
+    queue_size = 32  # encoding a JPEG takes a few ms: a longer queue rides out bursts
 
     def __init__(self, uri: str, folder: Path, every: int = 1, suffix: str = ".jpg") -> None:
         super().__init__(uri)
@@ -124,8 +143,15 @@ class ImageFolderSink(Sink):
         self.every = every
         self.suffix = suffix if suffix.startswith(".") else f".{suffix}"
         self.written = 0
+        self._lock_fd: int | None = None  # a lock file inside the folder: one run per folder, and a folder
+        self._lock_created = False  # removed or moved mid-run is noticed, not silently made again
+        self._identity: tuple[int, int] | None = None
 
     def open(self, info: StreamInfo) -> None:
+        self.prepare()
+
+    def prepare(self) -> None:
+        """The format and the folder are checked before any sink of the run truncates its output."""
         from edgert.vision.image_io import encode_image
 
         lazy_import("cv2", "writing images")
@@ -139,6 +165,9 @@ class ImageFolderSink(Sink):
             raise SinkError(f"{self.folder}: cannot make the folder: {exc.strerror or exc}") from None
         if not os.access(self.folder, os.W_OK):
             raise SinkError(f"{self.folder}: folder is not writable")
+        if self._lock_fd is None:
+            self._lock_fd, self._lock_created = claim_file(self.folder / LOCK_NAME, "the folder's lock")
+            self._identity = _identity(self.folder)
 
     def name_for(self, result: FrameResult) -> str:
         if result.file:
@@ -146,17 +175,29 @@ class ImageFolderSink(Sink):
         return f"frame_{result.index:06d}{self.suffix}"
 
     def write(self, result: FrameResult) -> None:
-        from edgert.vision.image_io import write_image
+        from edgert.atomic_file import replace_file
+        from edgert.vision.image_io import encode_image
 
         if result.image is None or result.index % self.every:
             return
+        if self._lock_fd is not None and (is_deleted(self._lock_fd) or _identity(self.folder) != self._identity):
+            raise SinkError(f"{self.folder}: the folder was removed during the run; no frame is written from here")
+        target = self.folder / self.name_for(result)
         try:
-            write_image(self.folder / self.name_for(result), result.image)
+            # Not write_image: it makes missing folders, and a folder taken away must not be made again.
+            replace_file(target, encode_image(result.image, target.suffix))
+        except OSError as exc:
+            raise SinkError(f"{target}: cannot write the image: {exc.strerror or exc}") from None
         except Exception as exc:
             raise SinkError(str(exc)) from None
         self.written += 1
 
     def close(self) -> None:
+        if self._lock_fd is not None:
+            if self._lock_created:
+                unlink_quietly(self.folder / LOCK_NAME)
+            os.close(self._lock_fd)
+            self._lock_fd = None
         if self.written:
             log.info("wrote %d images to %s", self.written, self.folder)
 

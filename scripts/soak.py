@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Soak: 4 sources x 2000 frames with tracking, a counting line, JSONL, MP4 and MQTT sinks, then SIGTERM.
+
+Runs the real CLI (``edgert run``) in a subprocess on the sample video looped per source, with a metrics
+endpoint; samples the process's RSS (``/proc/PID/status``) against the frames done (``edgert_frames_total``),
+and when every source has done its frames sends SIGTERM and times the exit. It reports:
+
+- RSS growth in KB per 1000 frames after warm-up (a least-squares slope over the samples past the first
+  quarter of the frames, and over the second half; the issue's bar: < 100), and the curve itself;
+- seconds from SIGTERM to exit, against the stop deadline (``EDGERT_STOP_DEADLINE_S``, default 10);
+- whether every output is whole: each JSONL line parses, each MP4 opens and its last frame decodes;
+- MQTT messages the broker delivered to a subscriber (when mosquitto and paho-mqtt are there).
+
+    nice -n 10 python3 scripts/soak.py --out soak.json [--frames 2000] [--sources 4] [--model M.onnx]
+
+Without ``--model`` it uses NanoDet from the assets when they are there (``--tiny``: a one-box detector made
+here, so the figure is the pipeline's own, not the model's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from _bench import assets_dir, machine_info, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _frames(metrics: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("edgert_frames_total"):
+            return int(float(line.split()[-1]))
+    return None
+
+
+def _slope_kb_per_1000(samples: list[tuple[int, int]]) -> float | None:
+    if len(samples) < 3:
+        return None
+    n = len(samples)
+    mx = sum(f for f, _ in samples) / n
+    my = sum(r for _, r in samples) / n
+    var = sum((f - mx) ** 2 for f, _ in samples)
+    if var == 0:
+        return None
+    return 1000.0 * sum((f - mx) * (r - my) for f, r in samples) / var
+
+
+def _tiny_model(path: Path) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from tests.pipeline.media import tiny_detector
+
+    return tiny_detector(path)
+
+
+class _Broker:
+    def __init__(self, folder: Path) -> None:
+        self.port = _free_port()
+        conf = folder / "mosquitto.conf"
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self.proc = subprocess.Popen([exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("mosquitto did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class _Counter:
+    """Counts the messages a subscriber to edgert/# receives."""
+
+    def __init__(self, port: int) -> None:
+        import paho.mqtt.client as mqtt
+
+        self.count = 0
+        if hasattr(mqtt, "CallbackAPIVersion"):
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="edgert-soak-counter")
+        else:
+            self.client = mqtt.Client(client_id="edgert-soak-counter")
+        ready = threading.Event()
+        self.client.on_connect = lambda c, *a: c.subscribe("edgert/#", qos=1)
+        self.client.on_subscribe = lambda *a: ready.set()
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        ready.wait(10)
+
+    def _on_message(self, *args: Any) -> None:
+        self.count += 1
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _whole_outputs(folder: Path, names: list[str]) -> dict[str, Any]:
+    import cv2
+
+    out: dict[str, Any] = {}
+    for name in names:
+        jsonl = folder / f"{name}.jsonl"
+        lines = jsonl.read_bytes().split(b"\n") if jsonl.exists() else []
+        tail_ok = not lines or lines[-1] == b""
+        parsed = 0
+        for line in lines:
+            if line:
+                json.loads(line)
+                parsed += 1
+        cap = cv2.VideoCapture(str(folder / f"{name}.mp4"))
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        last_ok = False
+        if count > 0:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, count - 1)
+            last_ok, _ = cap.read()
+        cap.release()
+        out[name] = {"jsonl_lines": parsed, "jsonl_whole": tail_ok, "mp4_frames": count, "mp4_last_frame": last_ok}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="soak.json")
+    parser.add_argument("--frames", type=int, default=2000, help="frames per source before SIGTERM")
+    parser.add_argument("--sources", type=int, default=4)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--tiny", action="store_true", help="a one-box detector made here instead of NanoDet")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="edgert-soak-"))
+    video = assets_dir() / "video" / "vtest.avi"
+    if not video.exists():
+        sys.path.insert(0, str(ROOT))
+        from tests.pipeline.media import make_video
+
+        video = make_video(work / "v.avi", frames=300, size=(320, 240))
+    nanodet = assets_dir() / "models" / "detection" / "nanodet-m-416-coco-v8layout.onnx"
+    model = Path(args.model) if args.model else (nanodet if nanodet.exists() and not args.tiny
+                                                 else _tiny_model(work / "tiny.onnx"))
+    names = [f"cam{i}" for i in range(args.sources)]
+    broker = counter = None
+    mqtt_sink: list[str] = []
+    try:
+        import paho.mqtt.client  # noqa: F401
+
+        broker = _Broker(work)
+        counter = _Counter(broker.port)
+        mqtt_sink = [f"mqtt://127.0.0.1:{broker.port}/edgert/{{source}}"]
+    except Exception as exc:  # no broker or no paho here: the soak runs without the MQTT sink, and says so
+        print(f"soak: no MQTT sink ({exc})", file=sys.stderr)
+    sinks = [f"jsonl://{work}/{{source}}.jsonl", f"{work}/{{source}}.mp4", *mqtt_sink]
+    cfg = work / "soak.yaml"
+    cfg.write_text(
+        f"model: {{path: '{model}'}}\n"
+        "track: {tracker: bytetrack}\n"
+        "analytics: {lines: [{name: middle, points: [[0, 120], [2000, 120]]}]}\n"
+        "sources:\n" + "".join(f"  - {{uri: '{video}', name: {n}, loop: true}}\n" for n in names)
+        + "sinks: [" + ", ".join(f"'{s}'" for s in sinks) + "]\n", encoding="utf-8")
+    metrics = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "edgert.cli.main", "run", "--config", str(cfg), "--json",
+                             "--metrics", metrics], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=work)
+    target = args.frames * args.sources
+    samples: list[tuple[int, int]] = []
+    started = time.monotonic()
+    while proc.poll() is None:
+        frames, rss = _frames(metrics), _rss_kb(proc.pid)
+        if frames is not None and rss is not None:
+            samples.append((frames, rss))
+            if frames >= target:
+                break
+        time.sleep(0.5)
+    run_s = time.monotonic() - started
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    exit_s = time.monotonic() - t0
+    time.sleep(1.0)
+    delivered = counter.count if counter is not None else None
+    if counter is not None:
+        counter.stop()
+    if broker is not None:
+        broker.stop()
+    warm = [s for s in samples if s[0] >= target // 4]
+    late = [s for s in samples if s[0] >= target // 2]
+    summary = json.loads(out) if out.strip().startswith("{") else {}
+    result = {
+        "machine": machine_info(),
+        "model": str(model), "video": str(video), "sources": args.sources, "frames_per_source": args.frames,
+        "sinks": sinks, "tracking": "bytetrack", "line": "middle",
+        "run_s": round(run_s, 1), "frames": summary.get("frames"), "fps": summary.get("fps"),
+        "rss_kb_first": samples[0][1] if samples else None, "rss_kb_last": samples[-1][1] if samples else None,
+        "rss_kb_per_1000_frames_after_warmup": None if _slope_kb_per_1000(warm) is None
+        else round(float(_slope_kb_per_1000(warm) or 0.0), 1),
+        "rss_kb_per_1000_frames_second_half": None if _slope_kb_per_1000(late) is None
+        else round(float(_slope_kb_per_1000(late) or 0.0), 1),
+        "samples": len(samples),
+        "rss_curve": [samples[i] for i in range(0, len(samples), max(1, len(samples) // 20))],
+        "exit_code": proc.returncode, "sigterm_to_exit_s": round(exit_s, 2),
+        "stop_deadline_s": float(os.environ.get("EDGERT_STOP_DEADLINE_S", "10")),
+        "drops": summary.get("drops"), "counts": summary.get("counts"),
+        "mqtt_delivered": delivered,
+        "outputs": _whole_outputs(work, names),
+        "stderr_tail": err.splitlines()[-10:],
+    }
+    write_json(args.out, result)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "stderr_tail", "rss_curve")}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if proc.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
