@@ -72,6 +72,7 @@ class _Frame:
     timestamp: float = 0.0
     started: float = 0.0
     file: str | None = None
+    meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
 
@@ -237,18 +238,23 @@ class Pipeline:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.processors import open_processor
+        from edgert.speech.stages import SPEECH_TASKS
 
         started = time.perf_counter()
-        if self._processor is None and self._detector is None and not self.config.model.path:
+        speech = self.config.task in SPEECH_TASKS  # its stages may take their models from config.speech
+        if self._processor is None and self._detector is None and not self.config.model.path and not speech:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
         if self.config.analytics.enabled and self.config.track is None:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
         self._feeds = self._make_feeds()
+        from edgert.pipeline.speech import check_sources
+
+        check_sources(self.config, [feed.source for feed in self._feeds])
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
-            if self.admit is None:
+            if self.admit is None and not speech:  # speech sheds Whisper work by the budget instead of pacing
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
             if self._processor is None:
@@ -256,6 +262,9 @@ class Pipeline:
                                                  sources=len(self._feeds))
             processor = self._processor
             try:
+                attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
+                if attach is not None:
+                    attach(self._hooks, self._progress, [feed.source for feed in self._feeds], self.stats)
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
@@ -329,6 +338,9 @@ class Pipeline:
             for spec, owner in plan:
                 sink = as_sink(spec, self._sink_title(owner))
                 prepared.append((sink, owner))
+                if sink.needs_image and getattr(self._processor, "kind", "") == "speech":
+                    raise ConfigError(f"sink {sink.uri} draws frames; a speech task has none. Note: speech events "
+                                      "go to jsonl://, mqtt:// or a callback")
                 if owner is None and several and sink.needs_image and not sink.multi_source:
                     raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
@@ -548,6 +560,7 @@ class Pipeline:
                 f.started = t0
                 f.timestamp = time.time()
                 f.index = index
+                f.meta = getattr(source, "meta", None)
                 current = getattr(source, "current", None)
                 f.file = None if current is None else str(current)
                 f.timings[_CAPTURE] = time.perf_counter() - t0
@@ -624,7 +637,10 @@ class Pipeline:
                     if b is None:
                         break
                     frames = b.frames
-                    dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
+                    if getattr(processor, "takes_frames", False):  # speech: each chunk's stream and times too
+                        dets = slot.process_frames(frames)
+                    else:
+                        dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
                     for f, d in zip(frames, dets):
                         f.detections = d
                     out.put(b)
@@ -648,6 +664,24 @@ class Pipeline:
                 following += 1
                 for f in b.frames:
                     self._finish(f)
+        drain = getattr(self._processor, "drain", None)  # speech: what Whisper's worker finished after the last chunk
+        if drain is not None:
+            for index, result in drain():
+                self._finish_tail(self._feeds[index], result)
+
+    def _finish_tail(self, feed: _Feed, result: Any) -> None:
+        """Events a processor still held when the last frame was through, to the sinks: a result of no frame."""
+        from edgert.vision.sinks import FrameResult
+
+        events = list(result.events)
+        if not events:
+            return
+        if len(self._feeds) > 1:
+            for event in events:
+                event["source"] = feed.name
+        tail = FrameResult(feed.done, time.time(), result, None, None, feed.name, events, frame_record=False)
+        for worker in (*self._shared, *feed.workers):
+            worker.offer(tail, abort=self._abort)
 
     def _finish(self, f: _Frame) -> None:
         from edgert.vision.draw import draw_detections
@@ -656,14 +690,14 @@ class Pipeline:
         feed = self._feeds[f.feed]
         t1 = time.perf_counter()
         detections = f.detections
-        events: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = list(getattr(detections, "events", ()))  # speech: wake words, transcripts
         if feed.stages:
             from edgert.analytics.stages import run_stages
 
             detections, events = run_stages(feed.stages, detections, f.index, f.timestamp)
-            if len(self._feeds) > 1:
-                for event in events:
-                    event["source"] = feed.name
+        if len(self._feeds) > 1:
+            for event in events:
+                event["source"] = feed.name
         workers = (*self._shared, *feed.workers) if feed.workers else self._shared
         if workers:
             draw = feed.draw and f.pixels is not None
@@ -672,7 +706,7 @@ class Pipeline:
                 if self.config.analytics.enabled:
                     self._draw_analytics(f.pixels, feed)
             result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name,
-                                 events)
+                                 events, frame_record=getattr(detections, "frame_record", True))
             for worker in workers:
                 worker.offer(result, abort=self._abort)
         done = time.perf_counter()
@@ -720,6 +754,17 @@ class Pipeline:
         for worker in self._workers:
             if worker.dropped:
                 self.stats.set_drops(f"sink:{worker.sink.uri}", worker.dropped)
+
+    def _progress(self) -> None:
+        """Work inside one frame moved on (a decoder step of a long Whisper window): observers with an
+        ``on_progress`` hear it (systemd's watchdog is fed from it). Called on the slot's thread."""
+        for observer in list(self.observers):
+            hook = getattr(observer, "on_progress", None)
+            if hook is not None:
+                try:
+                    hook(self.stats)
+                except Exception:  # an observer must never break the processor's work
+                    log.warning("observer %r failed on progress", observer, exc_info=True)
 
     def _notify(self, method: str, arg: Any) -> None:
         for observer in list(self.observers):
@@ -795,6 +840,10 @@ class Pipeline:
             summary["gpu_ms"] = gpu
         if wall_s is not None:
             summary["wall_s"] = round(wall_s, 3)
+        speech = getattr(processor, "speech_summary", None)
+        if speech is not None:
+            summary["task"] = self.config.task
+            summary["speech"] = speech()
         if self._errors:
             summary["error"] = str(self._errors[0])
         return summary

@@ -101,6 +101,9 @@ def render_metrics(stats: Any | None, info: Mapping[str, object], ready: bool, s
         counts = getattr(stats, "analytics_counts", None)
         if counts:
             _analytics_families(family, counts)
+        speech = getattr(stats, "speech", None)
+        if speech:
+            _speech_families(family, speech)
     return "\n".join(line for fam in fams for line in fam.lines()) + "\n"
 
 
@@ -136,6 +139,22 @@ def _analytics_families(family: Any, counts: Mapping[str, Mapping[str, Mapping[s
                 entries.add(c.get("entered", 0), labels)
                 exits.add(c.get("exited", 0), labels)
                 dwell.add(c.get("dwell_s", 0.0), labels)
+
+
+def _speech_families(family: Any, speech: Mapping[str, Any]) -> None:
+    """A speech run's figures (set by the speech processor as ``stats.speech``)."""
+    family("edgert_speech_audio_seconds_total", "counter", "Seconds of audio through the speech chain.").add(
+        speech.get("audio_seconds", 0.0))
+    rtf = family("edgert_speech_rtf", "gauge", "Real-time factor per speech stage (busy seconds per audio second).")
+    for stage, value in sorted(dict(speech.get("rtf", {})).items()):
+        rtf.add(value, {"stage": stage})
+    family("edgert_speech_queue_depth", "gauge", "Speech segments waiting for Whisper's worker.").add(
+        speech.get("queue_depth", 0))
+    events = family("edgert_speech_events_total", "counter", "Speech events handed to the sinks, by kind.")
+    for kind, n in sorted(dict(speech.get("events", {})).items()):
+        events.add(n, {"kind": kind})
+    family("edgert_speech_shed_windows_total", "counter", "Whisper windows skipped to stay within the power "
+           "budget.").add(speech.get("shed_windows", 0))
 
 
 class MetricsObserver:

@@ -342,6 +342,9 @@ class Transcriber:
         self._rng = np.random.default_rng(seed)
         #: windows decoded, and those decoded again at a higher temperature (at least once)
         self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0}
+        #: Called after the encoder and after every decoder step: a long window still shows progress (the
+        #: pipeline feeds systemd's watchdog from it).
+        self.on_step: Callable[[], None] | None = None
         self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
         try:
             self._check_encoder(enc_path)
@@ -421,6 +424,8 @@ class Transcriber:
         start = len(START_TOKENS)
 
         def step(tokens: np.ndarray) -> np.ndarray:
+            if self.on_step is not None:
+                self.on_step()
             n = tokens.shape[1]
             raw = first[None, :] if n == start else self._decoder.last_logits(tokens)
             logits = np.where(self._suppress_mask(raw.shape[-1]), -np.inf, raw).astype(np.float32)
@@ -449,6 +454,8 @@ class Transcriber:
     def _decode_window(self, audio: np.ndarray, ungated: bool = False) -> Decoded:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
         encoder_out = self.encoder.infer()[self._enc_out_name]
+        if self.on_step is not None:
+            self.on_step()
         self._decoder.set_encoder_out(encoder_out)
         start = np.array([START_TOKENS], dtype=np.int64)
         all_logits = self._decoder.logits(start, len(START_TOKENS))
