@@ -243,7 +243,8 @@ class SpeechProcessor(Processor):
         for chain in self.chains:
             for kind in ("segment", "wake", "transcript"):
                 events[kind] = events.get(kind, 0) + int(chain.counts[kind])
-        return {"audio_seconds": audio, "rtf": {k: (v / audio if audio else 0.0) for k, v in rtf.items()},
+        return {"audio_seconds": audio, "busy_seconds": sum(rtf.values()),
+                "rtf": {k: (v / audio if audio else 0.0) for k, v in rtf.items()},
                 "queue_depth": sum(c.queue_depth for c in self.chains), "events": events,
                 "shed_windows": sum(b.shed for b in self.budgets)}
 

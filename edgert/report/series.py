@@ -71,6 +71,9 @@ class SeriesRecorder(BaseObserver):
         self._watts = np.full(n, np.nan, np.float64)
         self._p50 = np.full((n, s), np.nan, np.float64)
         self._p99 = np.full((n, s), np.nan, np.float64)
+        # a speech run: seconds of audio through the chain and busy seconds by then (cumulative), for its RTF
+        self._audio = np.full(n, np.nan, np.float64)
+        self._busy = np.full(n, np.nan, np.float64)
         self._n = 0
         self._stats: PipelineStats | None = None
         self._t0 = 0.0
@@ -120,6 +123,7 @@ class SeriesRecorder(BaseObserver):
                      for stage, since in zip(STAGES, self._last_counts)]
         watts = stats.watts
         dropped = stats.dropped
+        speech = getattr(stats, "speech", None) or {}
         with self._lock:
             if self._n == self.max_points:
                 self._halve()
@@ -130,6 +134,8 @@ class SeriesRecorder(BaseObserver):
             self._dropped[i] = dropped
             self._fps[i] = (frames - self._last_frames) / span if span > 0 else 0.0
             self._watts[i] = math.nan if watts is None else float(watts)
+            self._audio[i] = float(speech.get("audio_seconds", math.nan))
+            self._busy[i] = float(speech.get("busy_seconds", math.nan))
             for k, (p50, p99) in enumerate(quantiles):
                 self._p50[i, k] = p50
                 self._p99[i, k] = p99
@@ -157,6 +163,10 @@ class SeriesRecorder(BaseObserver):
         self._t[:h] = self._t[b]
         self._frames[:h] = self._frames[b]
         self._dropped[:h] = self._dropped[b]
+        self._audio[:h] = self._audio[b]  # cumulative: the later point of each pair
+        self._busy[:h] = self._busy[b]
+        self._audio[h:] = np.nan
+        self._busy[h:] = np.nan
         self._watts[h:] = np.nan
         self._p50[h:] = np.nan
         self._p99[h:] = np.nan
@@ -184,7 +194,17 @@ class SeriesRecorder(BaseObserver):
                 "latency_ms": {stage: {"p50": _json_list(self._p50[:n, k]), "p99": _json_list(self._p99[:n, k])}
                                for k, stage in enumerate(STAGES)},
             }
+            if n and not np.isnan(self._audio[:n]).all():
+                out["rtf"] = _json_list(_interval_rtf(self._audio[:n], self._busy[:n]))
         return out
+
+
+def _interval_rtf(audio: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """Busy seconds per second of audio within each interval (NaN where no audio came), from cumulative figures."""
+    d_audio = np.diff(np.nan_to_num(audio), prepend=0.0)
+    d_busy = np.diff(np.nan_to_num(busy), prepend=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d_audio > 0, d_busy / np.where(d_audio > 0, d_audio, 1.0), np.nan)
 
 
 def _weighted(x: np.ndarray, y: np.ndarray, wx: np.ndarray, wy: np.ndarray) -> np.ndarray:
