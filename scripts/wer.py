@@ -28,7 +28,7 @@ from typing import Any
 from _bench import assets_dir, machine_info
 from heldout_speech import synthesize
 
-from edgert.speech import Transcriber, normalize_text, open_audio, wer, word_errors
+from edgert.speech import Transcriber, normalize_text, read_audio, wer, word_errors
 from edgert.speech.decoding import FALLBACK_TEMPERATURES
 
 #: name -> (decoding, temperatures)
@@ -101,8 +101,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     t_start = time.perf_counter()
     with Transcriber(args.model, backend=args.backend, threads=args.threads, beam_size=args.beam_size) as asr:
         for clip in clips:
-            with open_audio(str(clip)) as src:
-                audio = src.read_all()
+            audio = read_audio(clip)
             ref = refs.get(clip.stem, "")
             references.append(ref)
             audio_seconds += len(audio) / 16000
