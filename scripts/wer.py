@@ -37,6 +37,7 @@ MODES: dict[str, tuple[str, tuple[float, ...]]] = {
     "beam": ("beam", (0.0,)),
     "greedy+fallback": ("greedy", FALLBACK_TEMPERATURES),
     "beam+fallback": ("beam", FALLBACK_TEMPERATURES),
+    "greedy>beam": ("greedy", (0.0,)),  # beam only for windows greedy fails the fallback checks on
 }
 
 
@@ -68,6 +69,7 @@ def main() -> int:
     ap.add_argument("--fallback", action="store_true", help="temperature fallback (0.0, 0.2 ... 1.0)")
     ap.add_argument("--compare", action="store_true",
                     help="greedy, beam, greedy+fallback and beam+fallback on the same clips")
+    ap.add_argument("--modes", help=f"comma-separated modes to run side by side ({', '.join(MODES)})")
     ap.add_argument("--synth", action="store_true",
                     help="held-out sentences spoken by espeak-ng (scripts/heldout_speech.py) instead of --audio")
     args = ap.parse_args()
@@ -90,7 +92,13 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     if not clips:
         print(f"no WAV files in {audio_dir}", file=sys.stderr)
         return 1
-    if args.compare:
+    if args.modes:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            print(f"wer: unknown mode {', '.join(unknown)} (modes: {', '.join(MODES)})", file=sys.stderr)
+            return 1
+    elif args.compare:
         modes = list(MODES)
     else:
         modes = [("beam" if args.beam else "greedy") + ("+fallback" if args.fallback else "")]
@@ -108,6 +116,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
             print(f"{clip.name}  ref: {ref}")
             for mode in modes:
                 asr.decoding, asr.temperatures = MODES[mode]  # type: ignore[assignment]
+                asr.beam_rescue = mode == "greedy>beam"
                 before = asr.stats["fallback_windows"]
                 c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text

@@ -43,7 +43,16 @@ from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError
 from edgert.speech.decoder_split import add_last_logits, split_decoder
-from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
+from edgert.speech.decoding import (
+    Decoded,
+    beam_search,
+    decode_with_fallback,
+    fails_checks,
+    greedy,
+    log_softmax,
+    rank,
+    sample,
+)
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
 
@@ -341,7 +350,10 @@ class Transcriber:
         self.compression_ratio_threshold = compression_ratio_threshold
         self._rng = np.random.default_rng(seed)
         #: windows decoded, and those decoded again at a higher temperature (at least once)
-        self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0}
+        self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0, "rescued_windows": 0}
+        #: Greedy first, and beam search (``beam_size``) only for a window whose greedy text fails the fallback
+        #: checks (repetitive or improbable): beam's accuracy where greedy went wrong, greedy's cost elsewhere.
+        self.beam_rescue = False
         #: Called after the encoder and after every decoder step: a long window still shows progress (the
         #: pipeline feeds systemd's watchdog from it).
         self.on_step: Callable[[], None] | None = None
@@ -438,12 +450,12 @@ class Transcriber:
         return step
 
     def _attempt(self, step: Callable[[np.ndarray], np.ndarray], temperature: float,
-                 no_speech_prob: float) -> Decoded:
+                 no_speech_prob: float, decoding: str | None = None) -> Decoded:
         """One decoding of the window at ``temperature``: greedy or beam at 0, best-of sampling above."""
         if temperature > 0:
             cands = sample(step, START_TOKENS, END_TOKEN, self.max_tokens, temperature, self.best_of, self._rng)
             best = rank(cands, self.length_penalty)
-        elif self.decoding == "beam":
+        elif (decoding or self.decoding) == "beam":
             best = rank(beam_search(step, START_TOKENS, END_TOKEN, self.max_tokens, self.beam_size, self.patience),
                         self.length_penalty)
         else:
@@ -466,6 +478,12 @@ class Transcriber:
         tried = decode_with_fallback(
             lambda t: self._attempt(step, t, no_speech), self.temperatures, self.compression_ratio_threshold,
             self.logprob_threshold, self.no_speech_threshold, ungated)
+        # Beam rescue (greedy at one temperature): a window greedy got wrong by the checks is searched again
+        # with beams, and the beam result is kept.
+        if self.beam_rescue and self.decoding == "greedy" and len(tried) == 1 and fails_checks(
+                tried[0], self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold, ungated):
+            tried.append(self._attempt(step, 0.0, no_speech, decoding="beam"))
+            self.stats["rescued_windows"] += 1
         self.stats["windows"] += 1
         self.stats["attempts"] += len(tried)
         self.stats["fallback_windows"] += len(tried) > 1
