@@ -91,6 +91,8 @@ class SpeechChain:
         self._whole_start = 0.0
         self._worker: _AsrWorker | None = None
         self._lock = threading.Lock()
+        self._prompt: tuple[int, ...] = ()  # the previous whole-stream window's text, for the next window
+        self._prompt_stream = ""
 
     # -- events ------------------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
@@ -183,8 +185,13 @@ class SpeechChain:
                 self.counts["shed_segments"] += 1
             return
         ungated = self.vad is None  # without a VAD, Whisper's no-speech estimate is the only silence guard
-        transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg, ungated=ungated),
-                                             seg.duration)
+        # Without a VAD the stream goes to Whisper in consecutive 30 s windows: each is conditioned on the text of
+        # the one before (condition_on_previous_text, as the reference's transcribe over long audio).
+        prompt = self._prompt if ungated and seg.stream == self._prompt_stream else ()
+        transcript: Transcript = self._timed(
+            "asr", lambda: asr.transcribe_segment(seg, ungated=ungated, prompt=prompt), seg.duration)
+        if ungated:
+            self._prompt, self._prompt_stream = asr.next_prompt, seg.stream
         if transcript.no_speech:  # Whisper's silence rule: noise the VAD let through, or silence without one
             with self._lock:
                 self.counts["no_speech_segments"] += 1

@@ -72,7 +72,8 @@ def build_chain(config: PipelineConfig, on_event: Any = None) -> Any:
         if "asr" in chain:
             asr = Transcriber(models["asr"], backend, threads, max_tokens=sp.asr.max_tokens, decoder=sp.asr.decoder,
                               no_speech_threshold=sp.asr.no_speech_threshold,
-                              logprob_threshold=sp.asr.logprob_threshold, **sp.asr.search())
+                              logprob_threshold=sp.asr.logprob_threshold,
+                              condition_on_previous_text=sp.asr.condition_on_previous_text, **sp.asr.search())
             stack.callback(asr.close)
         result = SpeechChain(vad, ww, asr, listen_s=sp.wakeword.listen_s, on_event=on_event)
         stack.pop_all()
