@@ -38,6 +38,8 @@ MODES: dict[str, tuple[str, tuple[float, ...]]] = {
     "greedy+fallback": ("greedy", FALLBACK_TEMPERATURES),
     "beam+fallback": ("beam", FALLBACK_TEMPERATURES),
     "greedy>beam": ("greedy", (0.0,)),  # beam only for windows greedy fails the fallback checks on
+    "beam2": ("beam", (0.0,)),  # narrower beams (the size is in the name)
+    "beam3": ("beam", (0.0,)),
 }
 
 
@@ -117,6 +119,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
             for mode in modes:
                 asr.decoding, asr.temperatures = MODES[mode]  # type: ignore[assignment]
                 asr.beam_rescue = mode == "greedy>beam"
+                asr.beam_size = int(mode[4:]) if mode[4:].isdigit() else args.beam_size
                 before = asr.stats["fallback_windows"]
                 c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text

@@ -190,6 +190,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"source     {one.get('name')}: {one.get('uri')}: {one.get('frames')} frames at "
                          f"{one.get('fps')} fps, {drops} dropped, {one.get('reconnects', 0)} reconnects "
                          f"({one.get('ended')}{extra})")
+    elif src.get("sample_rate"):  # audio: chunks of samples, not frames of pixels
+        lines.append(f"source     {src.get('uri')} (audio, {src['sample_rate']} Hz, {src.get('chunk_samples')}-sample "
+                     f"chunks)")
     else:
         lines.append(f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})")
     speech = summary.get("speech")

@@ -190,3 +190,28 @@ def test_watchdog_is_fed_during_a_long_whisper_window(tmp_path: Path, speech_mod
     repeats = max(collections.Counter(counts).values())
     assert repeats >= 3, counts
     assert windows["seconds"] > 0
+
+
+def test_over_the_power_budget_whisper_windows_are_shed_and_counted(tmp_path: Path, speech_models: Path,
+                                                                   clip_0930: np.ndarray) -> None:
+    """The board draws 4.968 W (INA3221 in a fake sysfs) against a 2 W budget: chunks are not paced (audio cannot
+    wait), and Whisper's windows are skipped instead, each counted with its seconds of audio."""
+    from tests.helpers import run_cli
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for i in range(3):
+        sf.write(folder / f"c{i}.wav", np.concatenate([silence(1.5), clip_0930, silence(1.5)]), SR, subtype="PCM_16")
+    config = tmp_path / "asr.yaml"
+    vad = speech_models / "silero_vad.onnx"
+    config.write_text(f"task: asr\nspeech:\n  chain: [vad, asr]\n  vad:\n    model: {vad}\n    min_silence_s: 0.5\n")
+    board = boards.orin_nano_jp6(tmp_path / "board")
+    r = run_cli("run", "--config", str(config), "--model", str(speech_models / "whisper-tiny.en"), "--backend",
+                "onnxruntime", "--source", str(folder), "--power-budget", "2", "--json",
+                env={"EDGERT_SYSROOT": str(board)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    speech = json.loads(r.stdout)["speech"]
+    budget = speech["budget"]
+    assert budget["over_budget_checks"] >= 1 and budget["windows_shed"] >= 1, speech
+    assert speech["shed_segments"] == budget["windows_shed"] and budget["audio_shed_s"] > 0
+    assert speech["transcripts"] + speech["shed_segments"] + speech["no_speech_segments"] == speech["segments"] == 3
