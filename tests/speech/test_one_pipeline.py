@@ -215,3 +215,25 @@ def test_over_the_power_budget_whisper_windows_are_shed_and_counted(tmp_path: Pa
     assert budget["over_budget_checks"] >= 1 and budget["windows_shed"] >= 1, speech
     assert speech["shed_segments"] == budget["windows_shed"] and budget["audio_shed_s"] > 0
     assert speech["transcripts"] + speech["shed_segments"] + speech["no_speech_segments"] == speech["segments"] == 3
+
+
+def test_two_audio_sources_in_one_run_are_tagged_and_get_their_own_sinks(tmp_path: Path, speech_models: Path,
+                                                                         clip_0930: np.ndarray) -> None:
+    from tests.helpers import run_cli
+
+    a, b = tmp_path / "a.wav", tmp_path / "b.wav"
+    sf.write(a, np.concatenate([silence(1.0), clip_0930, silence(1.0)]), SR, subtype="PCM_16")
+    sf.write(b, np.concatenate([silence(0.5), clip_0930, silence(0.5), clip_0930, silence(1.0)]), SR,
+             subtype="PCM_16")
+    shared = tmp_path / "all.jsonl"
+    r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--backend",
+                "onnxruntime", "--source", str(a), "--source", str(b), "--sink", f"jsonl://{shared}",
+                "--sink", f"jsonl://{tmp_path}/ev-{{source}}.jsonl", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    events = [json.loads(line) for line in shared.read_text().splitlines()]
+    assert sorted({e["source"] for e in events}) == ["0", "1"]
+    per = {name: [json.loads(x) for x in (tmp_path / f"ev-{name}.jsonl").read_text().splitlines()] for name in "01"}
+    assert [e["stream"] for e in per["0"]] == [str(a)] and [e["stream"] for e in per["1"]] == [str(b)] * 2
+    assert summary["speech"]["segments"] == 3 and len(summary["speech"]["per_source"]) == 2
+    assert [s["frames"] for s in summary["sources"]] == [c["chunks"] for c in summary["speech"]["per_source"]]
