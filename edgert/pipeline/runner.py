@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError
+from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.stats import STAGES, PipelineStats
 
@@ -478,6 +478,8 @@ class Pipeline:
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             fn(*args)
+        except Aborted:  # the abort itself, raised inside a processor's long call: no error of its own
+            pass
         except BaseException as exc:  # any stage's failure stops the whole pipeline and is re-raised by run()
             self._fail(exc)
 
@@ -757,7 +759,10 @@ class Pipeline:
 
     def _progress(self) -> None:
         """Work inside one frame moved on (a decoder step of a long Whisper window): observers with an
-        ``on_progress`` hear it (systemd's watchdog is fed from it). Called on the slot's thread."""
+        ``on_progress`` hear it (systemd's watchdog is fed from it). Called on the slot's thread; after an abort
+        (a second signal) it ends that work at this step instead of letting a 30 s window run on."""
+        if self._abort.is_set():
+            raise Aborted()
         for observer in list(self.observers):
             hook = getattr(observer, "on_progress", None)
             if hook is not None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from edgert.errors import ConfigError
+from edgert.errors import Aborted, ConfigError
 from edgert.speech.asr import Transcriber
 from edgert.speech.audio import SAMPLE_RATE, AudioChunk
 from edgert.speech.features import N_SAMPLES
@@ -346,6 +346,8 @@ class _AsrWorker:
                 return
             try:
                 self._chain._transcribe(seg)
+            except Aborted:  # the run was aborted inside this window: stop, no error
+                return
             except BaseException as exc:  # handed to the reading thread on its next submit, or at close
                 self.error = exc
                 return

@@ -133,16 +133,16 @@ def long_speech(tmp_path_factory: pytest.TempPathFactory, librivox: Path) -> Pat
 def test_sigterm_during_a_whisper_window_drains_and_says_what_was_cut(
         tmp_path: Path, speech_models: Path, long_speech: Path) -> None:
     events = tmp_path / "ev.jsonl"
-    proc = _edgert("run", "--task", "asr", "--model", str(speech_models / "whisper-tiny.en"), "--backend",
-                   "onnxruntime", "--source", str(long_speech), "--sink", f"jsonl://{events}", "--json")
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None and not events.is_file():
-        time.sleep(0.1)
-    while time.monotonic() < deadline and proc.poll() is None and not events.read_text().count("\n"):
-        time.sleep(0.1)  # the first window's transcript is out: the slot is in the second window now
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=240)
+    notify = _Notify(tmp_path)
+    try:
+        proc = _edgert("run", "--task", "asr", "--model", str(speech_models / "whisper-tiny.en"), "--backend",
+                       "onnxruntime", "--source", str(long_speech), "--sink", f"jsonl://{events}", "--json",
+                       env=notify.env)
+        notify.wait_inside_window(proc, after=30 * SR // 512 + 1)  # the second 30 s window decodes now
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        notify.close()
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["stopped_by"] == "SIGTERM"
@@ -151,7 +151,7 @@ def test_sigterm_during_a_whisper_window_drains_and_says_what_was_cut(
     lines = [json.loads(line) for line in text.splitlines()]  # whole lines only
     assert lines and all(e["type"] == "transcript" for e in lines)
     speech = summary["speech"]
-    assert speech["transcripts"] == len(lines) < 4  # the window in flight finished; the rest was not read
+    assert speech["transcripts"] == len(lines) == 2  # the window in flight finished; the rest was not read
     total = sf.info(str(long_speech)).duration
     assert speech["audio_seconds"] < total - 1  # the source stopped early...
     assert speech["cut"]["untranscribed_s"] >= 0 and "cut" in speech  # ...and the summary says what it held
@@ -237,3 +237,56 @@ def test_two_audio_sources_in_one_run_are_tagged_and_get_their_own_sinks(tmp_pat
     assert [e["stream"] for e in per["0"]] == [str(a)] and [e["stream"] for e in per["1"]] == [str(b)] * 2
     assert summary["speech"]["segments"] == 3 and len(summary["speech"]["per_source"]) == 2
     assert [s["frames"] for s in summary["sources"]] == [c["chunks"] for c in summary["speech"]["per_source"]]
+
+
+class _Notify:
+    """A real NOTIFY_SOCKET with a short watchdog: tells when the run is inside a Whisper window (two pings in a
+    row with the same frame count: progress without a finished chunk) after ``after`` chunks."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "notify.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.path))
+        self.sock.settimeout(0.2)
+        self.env = {"NOTIFY_SOCKET": str(self.path), "WATCHDOG_USEC": "400000", "WATCHDOG_PID": ""}
+
+    def wait_inside_window(self, proc: subprocess.Popen[str], after: int, timeout: float = 300) -> None:
+        deadline, last = time.monotonic() + timeout, -1
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                m = re.search(r"(\d+) frames", self.sock.recv(4096).decode())
+            except socket.timeout:
+                continue
+            if m:
+                n = int(m.group(1))
+                if n == last and n > after:
+                    return
+                last = n
+        raise AssertionError(f"no Whisper window seen after {after} chunks: {proc.poll()}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_second_sigterm_ends_the_whisper_window_at_its_next_decoder_step(
+        tmp_path: Path, speech_models: Path, long_speech: Path) -> None:
+    events = tmp_path / "ev.jsonl"
+    notify = _Notify(tmp_path)
+    try:
+        proc = _edgert("run", "--task", "asr", "--model", str(speech_models / "whisper-tiny.en"), "--backend",
+                       "onnxruntime", "--source", str(long_speech), "--sink", f"jsonl://{events}", "--json",
+                       env=notify.env)
+        notify.wait_inside_window(proc, after=30 * SR // 512 + 1)  # the second 30 s window decodes now
+        written = events.read_text()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.8)  # a copy of the same signal within 0.5 s is not a second request
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        notify.close()
+    assert proc.returncode == 0, err
+    assert "again: stopping now" in err
+    summary = json.loads(out)
+    # The window in flight was abandoned at a decoder step: no transcript of it, and the file holds whole lines.
+    assert written.count("\n") == 1 and events.read_text() == written
+    assert summary["speech"]["transcripts"] == 1 and summary["stopped_by"] == "SIGTERM"
