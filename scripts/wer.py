@@ -74,9 +74,34 @@ def main() -> int:
     ap.add_argument("--modes", help=f"comma-separated modes to run side by side ({', '.join(MODES)})")
     ap.add_argument("--synth", action="store_true",
                     help="held-out sentences spoken by espeak-ng (scripts/heldout_speech.py) instead of --audio")
+    ap.add_argument("--check-default", action="store_true",
+                    help="one run for the default's two targets: WER on the held-out sentences (<= 10 %%) and wall "
+                         "RTF on --audio (< 1), each mode of --modes on both; exit 0 when the first mode meets both")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="edgert-heldout-") as tmp:
+        if args.check_default:
+            try:
+                heldout = synthesize(Path(tmp))
+            except RuntimeError as exc:
+                print(f"wer: {exc}", file=sys.stderr)
+                return 1
+            out = args.json
+            args.json, args.synth = (f"{out}.heldout.json" if out else None), True
+            score(args, heldout)
+            held = args.figures
+            args.json, args.synth = (f"{out}.shared.json" if out else None), False
+            score(args, Path(args.audio))
+            shared = args.figures
+            ok = True
+            for mode in held["modes"]:
+                w, r = held["modes"][mode]["wer"], shared["modes"][mode]["rtf"]
+                c = shared["modes"][mode]["cpu_rtf"]
+                print(f"default check {mode:<14} held-out WER {w * 100:.2f}% ({'ok' if w <= 0.10 else 'over 10%'}), "
+                      f"shared clips wall RTF {r:.3f} ({'ok' if r < 1 else 'over 1'}; cpu {c:.3f}), load avg "
+                      f"{shared.get('machine', machine_info())['loadavg'][0]:.1f}")
+                ok = ok and (mode != next(iter(held["modes"])) or (w <= 0.10 and r < 1))
+            return 0 if ok else 2
         if args.synth:
             try:
                 audio_dir = synthesize(Path(tmp))
@@ -151,6 +176,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
                                   "fallback_clips": sum(c["fell_back"] for c in r["clips"]), "clips": r["clips"]}
         print(f"{mode:<16} WER {s * 100:.2f}% over {len(clips)} clips, {words} words (target <= 10%)  "
               f"rtf {r['seconds'] / audio_seconds:.3f} (cpu {r['cpu_seconds'] / audio_seconds:.3f})")
+    args.figures = summary
     first_mode = summary["modes"][modes[0]]
     summary.update(wer=first_mode["wer"], clips=first_mode["clips"])  # the figures of one mode, as before
     if args.json:
