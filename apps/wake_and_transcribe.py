@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 
 from edgert import EdgertError
-from edgert.speech import SpeechChain, Transcriber, Transcript, VoiceActivity, WakeEvent, WakeWord, open_audio
+from edgert.config import ModelConfig, PipelineConfig, SourceConfig, SpeechConfig, VadConfig, WakeWordConfig
+from edgert.pipeline import Pipeline
+from edgert.vision.sinks import CallbackSink, FrameResult
 
 
 def main() -> int:
@@ -36,20 +38,23 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    def show(event: object) -> None:
-        if isinstance(event, WakeEvent):
-            print(f"[{event.time:7.2f}s] wake word {event.word} ({event.score:.2f})", flush=True)
-        elif isinstance(event, Transcript):
-            print(f"[{event.start:7.2f}s - {event.end:7.2f}s] {event.text}", flush=True)
+    def show(result: FrameResult) -> None:  # a chunk's events, on the sink's thread, in order
+        for event in result.events:
+            if event["type"] == "wake":
+                print(f"[{event['time']:7.2f}s] wake word {event['word']} ({event['score']:.2f})", flush=True)
+            elif event["type"] == "transcript":
+                print(f"[{event['start']:7.2f}s - {event['end']:7.2f}s] {event['text']}", flush=True)
 
+    # The same Pipeline as `edgert run --task asr` with a vad -> wakeword -> asr chain: signals, sinks, summary.
+    speech = SpeechConfig(chain=("vad", "wakeword", "asr"), vad=VadConfig(model=str(args.models / "silero_vad.onnx")),
+                          wakeword=WakeWordConfig(models=(str(args.models / "openwakeword" / args.word),),
+                                                  threshold=args.threshold, listen_s=args.listen))
+    config = PipelineConfig(task="asr", model=ModelConfig(path=str(args.models / "whisper-tiny.en"),
+                                                          backend=args.backend),
+                            source=SourceConfig(uri=args.source), speech=speech)
     try:
-        vad = VoiceActivity(args.models / "silero_vad.onnx", args.backend)
-        wake = WakeWord([args.models / "openwakeword" / args.word], backend=args.backend, threshold=args.threshold)
-        asr = Transcriber(args.models / "whisper-tiny.en", args.backend)
-        with SpeechChain(vad, wake, asr, listen_s=args.listen, on_event=show) as chain, \
-                open_audio(args.source) as source:
-            print(f"listening to {args.source} for {', '.join(wake.words)} (Ctrl-C stops)", file=sys.stderr)
-            summary = chain.run(source)
+        print(f"listening to {args.source} for {args.word.split('_v')[0]} (Ctrl-C stops)", file=sys.stderr)
+        summary = Pipeline(config, sinks=[CallbackSink(show, queue_size=1024)]).run()["speech"]
     except EdgertError as exc:
         print(f"wake_and_transcribe: error: {exc}", file=sys.stderr)
         return 1

@@ -274,6 +274,7 @@ class AsrConfig:
     temperatures: tuple[float, ...] = (0.0,)
     best_of: int | None = None  # samples at each temperature above 0; None: 5
     compression_ratio_threshold: float | None = None  # with a fallback only; None: 2.4 (.inf: never on repetition)
+    condition_on_previous_text: bool = True  # long audio: each 30 s window prompted with the text before it
 
     def __post_init__(self) -> None:
         _check(1 <= self.max_tokens <= 254, "max_tokens", f"expected 1..254, got {self.max_tokens}")

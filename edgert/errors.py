@@ -8,6 +8,7 @@ edgert and keeps its traceback.
 from __future__ import annotations
 
 __all__ = [
+    "Aborted",
     "BackendError",
     "BackendUnavailable",
     "BuildError",
@@ -84,6 +85,11 @@ class ReportError(EdgertError):
 
 class ServiceError(EdgertError):
     """Installing or controlling the systemd service failed."""
+
+
+class Aborted(Exception):
+    """Raised inside a long call (a Whisper window's decoder steps) to end it once the run is aborted (a second
+    signal). Not an error: the thread that catches it just stops."""
 
 
 def first_line(exc: BaseException | str, fallback: str | None = None) -> str:

@@ -110,6 +110,8 @@ class PipelineStats:
         self.detections = 0
         self.watts: float | None = None
         self.analytics_counts: dict[str, Any] | None = None  # counting lines and zones, for the metrics endpoint
+        #: a speech run's figures (RTF per stage, Whisper's queue, events per kind), for the metrics endpoint
+        self.speech: dict[str, Any] | None = None
         #: per-source figures (name -> frames, fps, dropped, reconnects), refreshed by the pipeline every few frames
         self.sources: dict[str, dict[str, float]] = {}
         self.drops: dict[str, int] = {}

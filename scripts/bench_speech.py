@@ -18,14 +18,16 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _bench import assets_dir, machine_info
 
-from edgert.speech import SpeechChain, Transcriber, VoiceActivity, open_audio, read_audio, wer
-from edgert.speech.results import Transcript
+from edgert.config import ModelConfig, PipelineConfig, SourceConfig, SpeechConfig, VadConfig
+from edgert.pipeline import Pipeline
+from edgert.speech import read_audio, wer
+from edgert.vision.sinks import CallbackSink
 
 SR = 16000
 
@@ -54,20 +56,30 @@ def main() -> int:
 
         wav = Path(tmp) / "stream.wav"
         sf.write(wav, stream, SR, subtype="PCM_16")
-        t0 = time.perf_counter()
-        asr = Transcriber(models / "whisper-tiny.en", "onnxruntime", args.threads)
-        vad = VoiceActivity(models / "silero_vad.onnx", "onnxruntime", args.threads)
-        load_s = time.perf_counter() - t0
         texts: list[str] = []
-        chain = SpeechChain(vad, None, asr,
-                            on_event=lambda e: texts.append(e.text) if isinstance(e, Transcript) else None)
-        with open_audio(str(wav)) as src:
-            summary = chain.run(src)
+
+        def collect(result: Any) -> None:
+            texts.extend(str(e["text"]) for e in result.events if e["type"] == "transcript")
+
+        def run(chain: tuple[str, ...]) -> dict[str, Any]:
+            # The one pipeline, as `edgert run --task asr` runs it: the file source, the speech processor.
+            config = PipelineConfig(
+                task="asr", model=ModelConfig(path=str(models / "whisper-tiny.en"), backend="onnxruntime",
+                                              threads=args.threads),
+                source=SourceConfig(uri=str(wav)),
+                speech=SpeechConfig(chain=chain, vad=VadConfig(model=str(models / "silero_vad.onnx"))))
+            out: dict[str, Any] = Pipeline(config, sinks=[CallbackSink(collect, queue_size=4096)],
+                                           handle_signals=False, environment=False).run()
+            return out
+
+        full = run(("vad", "asr"))
+        summary = full["speech"]
+        load_s = max(0.0, full.get("wall_s", 0.0) - summary["wall_seconds"])  # opening the models, and the rest
         baseline = None
         if args.baseline:
-            whole = SpeechChain(None, None, asr)
-            with open_audio(str(wav)) as src:
-                baseline = whole.run(src)
+            got = len(texts)
+            baseline = run(("asr",))["speech"]
+            del texts[got:]
 
     refs = {}
     for line in (Path(args.audio) / "transcription").read_text().splitlines():

@@ -30,7 +30,7 @@ from typing import Any
 from _bench import assets_dir, machine_info
 from heldout_speech import synthesize
 
-from edgert.speech import Transcriber, normalize_text, open_audio, wer, word_errors
+from edgert.speech import Transcriber, normalize_text, read_audio, wer, word_errors
 from edgert.speech.decoding import FALLBACK_TEMPERATURES
 
 #: name -> (decoding, temperatures)
@@ -39,6 +39,9 @@ MODES: dict[str, tuple[str, tuple[float, ...]]] = {
     "beam": ("beam", (0.0,)),
     "greedy+fallback": ("greedy", FALLBACK_TEMPERATURES),
     "beam+fallback": ("beam", FALLBACK_TEMPERATURES),
+    "greedy>beam": ("greedy", (0.0,)),  # beam only for windows greedy fails the fallback checks on
+    "beam2": ("beam", (0.0,)),  # narrower beams (the size is in the name)
+    "beam3": ("beam", (0.0,)),
 }
 
 
@@ -73,11 +76,37 @@ def main() -> int:
     ap.add_argument("--fallback", action="store_true", help="temperature fallback (0.0, 0.2 ... 1.0)")
     ap.add_argument("--compare", action="store_true",
                     help="greedy, beam, greedy+fallback and beam+fallback on the same clips")
+    ap.add_argument("--modes", help=f"comma-separated modes to run side by side ({', '.join(MODES)})")
     ap.add_argument("--synth", action="store_true",
                     help="held-out sentences spoken by espeak-ng (scripts/heldout_speech.py) instead of --audio")
+    ap.add_argument("--check-default", action="store_true",
+                    help="one run for the default's two targets: WER on the held-out sentences (<= 10 %%) and wall "
+                         "RTF on --audio (< 1), each mode of --modes on both; exit 0 when the first mode meets both")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="edgert-heldout-") as tmp:
+        if args.check_default:
+            try:
+                heldout = synthesize(Path(tmp))
+            except RuntimeError as exc:
+                print(f"wer: {exc}", file=sys.stderr)
+                return 1
+            out = args.json
+            args.json, args.synth = (f"{out}.heldout.json" if out else None), True
+            score(args, heldout)
+            held = args.figures
+            args.json, args.synth = (f"{out}.shared.json" if out else None), False
+            score(args, Path(args.audio))
+            shared = args.figures
+            ok = True
+            for mode in held["modes"]:
+                w, r = held["modes"][mode]["wer"], shared["modes"][mode]["rtf"]
+                c = shared["modes"][mode]["cpu_rtf"]
+                print(f"default check {mode:<14} held-out WER {w * 100:.2f}% ({'ok' if w <= 0.10 else 'over 10%'}), "
+                      f"shared clips wall RTF {r:.3f} ({'ok' if r < 1 else 'over 1'}; cpu {c:.3f}), load avg "
+                      f"{shared.get('machine', machine_info())['loadavg'][0]:.1f}")
+                ok = ok and (mode != next(iter(held["modes"])) or (w <= 0.10 and r < 1))
+            return 0 if ok else 2
         if args.synth:
             try:
                 audio_dir = synthesize(Path(tmp))
@@ -95,7 +124,13 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     if not clips:
         print(f"no WAV files in {audio_dir}", file=sys.stderr)
         return 1
-    if args.compare:
+    if args.modes:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            print(f"wer: unknown mode {', '.join(unknown)} (modes: {', '.join(MODES)})", file=sys.stderr)
+            return 1
+    elif args.compare:
         modes = list(MODES)
     else:
         modes = [("beam" if args.beam else "greedy") + ("+fallback" if args.fallback else "")]
@@ -106,14 +141,15 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     t_start = time.perf_counter()
     with Transcriber(args.model, backend=args.backend, threads=args.threads, beam_size=args.beam_size) as asr:
         for clip in clips:
-            with open_audio(str(clip)) as src:
-                audio = src.read_all()
+            audio = read_audio(clip)
             ref = refs.get(clip.stem, "")
             references.append(ref)
             audio_seconds += len(audio) / 16000
             print(f"{clip.name}  ref: {ref}")
             for mode in modes:
                 asr.decoding, asr.temperatures = MODES[mode]  # type: ignore[assignment]
+                asr.beam_rescue = mode == "greedy>beam"
+                asr.beam_size = int(mode[4:]) if mode[4:].isdigit() else args.beam_size
                 before = asr.stats["fallback_windows"]
                 c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text
@@ -150,6 +186,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
         print(f"{mode:<16} WER {s * 100:.2f}% ({args.normalizer}; {other} {s_other * 100:.2f}%) over {len(clips)} "
               f"clips, {words} words (target <= 10%)  "
               f"rtf {r['seconds'] / audio_seconds:.3f} (cpu {r['cpu_seconds'] / audio_seconds:.3f})")
+    args.figures = summary
     first_mode = summary["modes"][modes[0]]
     summary.update(wer=first_mode["wer"], clips=first_mode["clips"])  # the figures of one mode, as before
     if args.json:

@@ -17,7 +17,7 @@ from edgert.pipeline.observer import BaseObserver
 
 log = logging.getLogger(__name__)
 
-SPEECH_TASKS = ("vad", "wakeword", "asr")
+SPEECH_TASKS = ("vad", "wakeword", "asr")  # edgert.speech.stages.SPEECH_TASKS (the parser must not import speech)
 
 
 def register(subparsers: Any) -> None:
@@ -131,6 +131,9 @@ def build_config(args: argparse.Namespace) -> Any:
     from edgert.errors import ConfigError
 
     config = load_config(args.config) if args.config else PipelineConfig()
+    from edgert.cli.task_flags import refuse_flags
+
+    refuse_flags(args.task or config.task, args)
     for name in ("max_frames", "threads", "queue_size", "slots", "batch"):
         value = getattr(args, name, None)
         if value is not None and value < 0:
@@ -185,19 +188,6 @@ def build_config(args: argparse.Namespace) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
-def _speech(config: Any, args: argparse.Namespace) -> int:
-
-    from edgert.errors import ConfigError
-    from edgert.speech import cli_run
-
-    if getattr(args, "report", None):
-        raise ConfigError(f"--report: detection runs only, not task {config.task}")
-    for flag in ("line", "zone"):
-        if getattr(args, flag, None):
-            raise ConfigError(f"--{flag}: counting lines and zones follow tracked detections, not task {config.task}")
-    return int(cli_run(config, args))
-
-
 def format_summary(summary: dict[str, Any]) -> str:
     """The human-readable summary ``edgert run`` and ``edgert demo`` print."""
     lat = summary.get("latency_ms", {})
@@ -216,9 +206,18 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"source     {one.get('name')}: {one.get('uri')}: {one.get('frames')} frames at "
                          f"{one.get('fps')} fps, {drops} dropped, {one.get('reconnects', 0)} reconnects "
                          f"({one.get('ended')}{extra})")
+    elif src.get("sample_rate"):  # audio: chunks of samples, not frames of pixels
+        lines.append(f"source     {src.get('uri')} (audio, {src['sample_rate']} Hz, {src.get('chunk_samples')}-sample "
+                     f"chunks)")
     else:
         lines.append(f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})")
-    lines.append(f"frames     {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
+    speech = summary.get("speech")
+    unit = "chunks" if speech else "frames"
+    lines.append(f"{unit:<10} {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
+    if speech:
+        from edgert.cli.task_flags import speech_lines
+
+        lines += speech_lines(speech)
     if summary.get("batch_note"):
         lines.append(f"batching   {summary['batch_note']}")
     for stage in ("capture", "preprocess", "infer", "postprocess", "sinks", "total"):
@@ -314,7 +313,7 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
     from edgert.errors import ConfigError
     from edgert.pipeline import Pipeline
 
-    if not config.model.path:
+    if not config.model.path and config.task not in SPEECH_TASKS:  # speech stages may name theirs in speech.*
         raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
     if not config.source.uri and not config.sources:
         raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
@@ -346,8 +345,6 @@ class _AnnouncePreviews(BaseObserver):
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)
-    if config.task in SPEECH_TASKS:
-        return _speech(config, args)
     summary = execute(config, args)
     # With jsonl://- the events own stdout; the summary then goes to stderr.
     out = sys.stderr if _stdout_is_a_sink(config) else sys.stdout

@@ -133,6 +133,12 @@ class RunHooks:
             self.close()
             raise
 
+    @property
+    def controller(self) -> Any:
+        """The budget controller of a run with ``power.budget_w`` (None without): the speech processor sheds
+        Whisper work by it instead of pacing admission."""
+        return self._controller
+
     def _open_power(self, config: PipelineConfig) -> None:
         if config.power.budget_w is not None:
             from edgert.power.budget import budget_admission

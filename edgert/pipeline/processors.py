@@ -31,6 +31,12 @@ def open_processor(config: PipelineConfig, detector: Any = None, batch: int | No
     :class:`~edgert.vision.detector.Detector` whose session the CPU processor forks (benchmarks,
     applications that already hold one); it stays the caller's to close.
     """
+    from edgert.speech.stages import SPEECH_TASKS
+
+    if config.task in SPEECH_TASKS:  # the speech chain behind one slot (edgert.pipeline.speech)
+        from edgert.pipeline.speech import SpeechProcessor
+
+        return SpeechProcessor(config, sources=sources)
     if detector is not None:
         if config.runtime.processing == "gpu":
             raise ConfigError("runtime.processing: gpu opens its own GPU sessions; pass no detector")

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError
+from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.stats import STAGES, PipelineStats
 from edgert.redact import redact
@@ -79,6 +79,7 @@ class _Frame:
     media_time: float = 0.0  # the frame's time on its source's clock: what analytics run on (sources.media_time)
     started: float = 0.0
     file: str | None = None
+    meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
 
@@ -269,13 +270,19 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
+        from edgert.speech.stages import SPEECH_TASKS
+
         started = time.perf_counter()
-        if self._processor is None and self._detector is None and not self.config.model.path:
+        speech = self.config.task in SPEECH_TASKS  # its stages may take their models from config.speech
+        if self._processor is None and self._detector is None and not self.config.model.path and not speech:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
         if self.config.analytics.enabled and self.config.track is None:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
         self._feeds = self._make_feeds()
+        from edgert.pipeline.speech import check_sources
+
+        check_sources(self.config, [feed.source for feed in self._feeds])
         # Handlers first: a SIGTERM from here on stops the run cleanly (before the sinks open: with every
         # output untouched), and they stay until the last file sink is closed, so a second signal during the
         # close still finalises the files.
@@ -301,11 +308,13 @@ class Pipeline:
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.processors import open_processor
         from edgert.pipeline.startup import close_order, enter_sources
+        from edgert.speech.stages import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
         try:
-            if self.admit is None:
+            # speech sheds Whisper work by the budget instead of pacing
+            if self.admit is None and self.config.task not in SPEECH_TASKS:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
             if self._processor is None:
@@ -313,6 +322,9 @@ class Pipeline:
                                                  sources=len(self._feeds))
             processor = self._processor
             try:
+                attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
+                if attach is not None:
+                    attach(self._hooks, self._progress, [feed.source for feed in self._feeds], self.stats)
                 self._names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
@@ -404,6 +416,9 @@ class Pipeline:
             for spec, owner in plan:
                 sink = as_sink(spec, self._sink_title(owner))
                 prepared.append((sink, owner))
+                if sink.needs_image and getattr(self._processor, "kind", "") == "speech":
+                    raise ConfigError(f"sink {sink.uri} draws frames; a speech task has none. Note: speech events "
+                                      "go to jsonl://, mqtt:// or a callback")
                 if owner is None and several and sink.needs_image and not sink.multi_source:
                     raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
                                       "give it a {source} placeholder (out-{source}.mp4) or list it under one "
@@ -561,6 +576,8 @@ class Pipeline:
     def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             fn(*args)
+        except Aborted:  # the abort itself, raised inside a processor's long call: no error of its own
+            pass
         except BaseException as exc:  # any stage's failure stops the whole pipeline and is re-raised by run()
             self._fail(exc)
 
@@ -647,6 +664,7 @@ class Pipeline:
                 f.timestamp = time.time()
                 f.media_time = media_time(source, index, f.timestamp)
                 f.index = index
+                f.meta = getattr(source, "meta", None)
                 current = getattr(source, "current", None)
                 f.file = None if current is None else str(current)
                 f.timings[_CAPTURE] = time.perf_counter() - t0
@@ -723,7 +741,10 @@ class Pipeline:
                     if b is None:
                         break
                     frames = b.frames
-                    dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
+                    if getattr(processor, "takes_frames", False):  # speech: each chunk's stream and times too
+                        dets = slot.process_frames(frames)
+                    else:
+                        dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
                     for f, d in zip(frames, dets):
                         f.detections = d
                     out.put(b)
@@ -747,6 +768,24 @@ class Pipeline:
                 following += 1
                 for f in b.frames:
                     self._finish(f)
+        drain = getattr(self._processor, "drain", None)  # speech: what Whisper's worker finished after the last chunk
+        if drain is not None:
+            for index, result in drain():
+                self._finish_tail(self._feeds[index], result)
+
+    def _finish_tail(self, feed: _Feed, result: Any) -> None:
+        """Events a processor still held when the last frame was through, to the sinks: a result of no frame."""
+        from edgert.vision.sinks import FrameResult
+
+        events = list(result.events)
+        if not events:
+            return
+        if len(self._feeds) > 1:
+            for event in events:
+                event["source"] = feed.name
+        tail = FrameResult(feed.done, time.time(), result, None, None, feed.name, events, frame_record=False)
+        for worker in (*self._shared, *feed.workers):
+            worker.offer(tail, abort=self._abort)
 
     def _finish(self, f: _Frame) -> None:
         from edgert.vision.draw import draw_detections
@@ -755,14 +794,14 @@ class Pipeline:
         feed = self._feeds[f.feed]
         t1 = time.perf_counter()
         detections = f.detections
-        events: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = list(getattr(detections, "events", ()))  # speech: wake words, transcripts
         if feed.stages:
             from edgert.analytics.stages import run_stages
 
             detections, events = run_stages(feed.stages, detections, f.index, f.media_time)
-            if len(self._feeds) > 1:
-                for event in events:
-                    event["source"] = feed.name
+        if len(self._feeds) > 1:
+            for event in events:
+                event["source"] = feed.name
         workers = (*self._shared, *feed.workers) if feed.workers else self._shared
         if workers:
             draw = feed.draw and f.pixels is not None
@@ -771,7 +810,7 @@ class Pipeline:
                 if self.config.analytics.enabled:
                     self._draw_analytics(f.pixels, feed)
             result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name,
-                                 events)
+                                 events, frame_record=getattr(detections, "frame_record", True))
             for worker in workers:
                 worker.offer(result, abort=self._abort)
         done = time.perf_counter()
@@ -824,6 +863,20 @@ class Pipeline:
         for worker in self._workers:
             if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
                 self.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
+
+    def _progress(self) -> None:
+        """Work inside one frame moved on (a decoder step of a long Whisper window): observers with an
+        ``on_progress`` hear it (systemd's watchdog is fed from it). Called on the slot's thread; after an abort
+        (a second signal) it ends that work at this step instead of letting a 30 s window run on."""
+        if self._abort.is_set():
+            raise Aborted()
+        for observer in list(self.observers):
+            hook = getattr(observer, "on_progress", None)
+            if hook is not None:
+                try:
+                    hook(self.stats)
+                except Exception:  # an observer must never break the processor's work
+                    log.warning("observer %r failed on progress", observer, exc_info=True)
 
     def _notify(self, method: str, arg: Any) -> None:
         for observer in list(self.observers):
@@ -921,6 +974,10 @@ class Pipeline:
             summary["gpu_ms"] = gpu
         if wall_s is not None:
             summary["wall_s"] = round(wall_s, 3)
+        speech = getattr(processor, "speech_summary", None)
+        if speech is not None:
+            summary["task"] = self.config.task
+            summary["speech"] = speech()
         if self._errors:
             summary["error"] = redact(self._errors[0])
         return summary

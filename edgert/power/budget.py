@@ -192,6 +192,12 @@ class BudgetController:
 
     # -- reporting --------------------------------------------------------------------------------
     @property
+    def over_budget(self) -> bool:
+        """Whether the smoothed reading is above the setpoint now (a processor that sheds work asks this)."""
+        with self._lock:
+            return self._smoothed is not None and self._smoothed > self.setpoint_w
+
+    @property
     def rate(self) -> float:
         """The admission rate (frames per second) the controller currently allows."""
         return self._rate

@@ -75,6 +75,14 @@ def run_report(series: Mapping[str, Any], summary: Mapping[str, Any], *, budget_
                 plot.line(stage, x, values, STAGE_COLORS[stage], width=2.4 if stage == "total" else 1.6)
         parts.append(plot.svg())
 
+    rtf = series.get("rtf", [])
+    if _has_values(rtf):  # a speech run: processing seconds per second of audio, under 1 keeps up
+        plot = Plot("Real-time factor of the speech chain (busy s per audio s)", x_label=x_label, y_label="RTF",
+                    chart_id="rtf", x_range=x_range)
+        plot.line("rtf", x, rtf, PALETTE[1], width=2.2)
+        plot.hline("real time", 1.0, "#D55E00")
+        parts.append(plot.svg())
+
     watts = series.get("watts", [])
     if _has_values(watts) or budget_w is not None:
         label = f"Power ({rail})" if rail else "Power"

@@ -72,6 +72,9 @@ class SeriesRecorder(BaseObserver):
         self._temp = np.full(n, np.nan, np.float64)  # the hottest thermal zone (board telemetry), C
         self._p50 = np.full((n, s), np.nan, np.float64)
         self._p99 = np.full((n, s), np.nan, np.float64)
+        # a speech run: seconds of audio through the chain and busy seconds by then (cumulative), for its RTF
+        self._audio = np.full(n, np.nan, np.float64)
+        self._busy = np.full(n, np.nan, np.float64)
         self._n = 0
         self._stats: PipelineStats | None = None
         self._t0 = 0.0
@@ -143,6 +146,7 @@ class SeriesRecorder(BaseObserver):
         temps = list(dict(telemetry.get("temperatures_c") or {}).values())
         dropped = stats.dropped
         sources = dict(stats.sources)  # the pipeline replaces the dict, never edits it: a consistent snapshot
+        speech = getattr(stats, "speech", None) or {}
         with self._lock:
             if self._n == self.max_points:
                 self._halve()
@@ -154,6 +158,8 @@ class SeriesRecorder(BaseObserver):
             self._fps[i] = (frames - self._last_frames) / span if span > 0 else 0.0
             self._watts[i] = math.nan if watts is None else float(watts)
             self._temp[i] = max(temps) if temps else math.nan
+            self._audio[i] = float(speech.get("audio_seconds", math.nan))
+            self._busy[i] = float(speech.get("busy_seconds", math.nan))
             for k, (p50, p99) in enumerate(quantiles):
                 self._p50[i, k] = p50
                 self._p99[i, k] = p99
@@ -191,6 +197,10 @@ class SeriesRecorder(BaseObserver):
             for values in arrays.values():
                 values[:h] = values[b]
                 values[h:] = 0
+        self._audio[:h] = self._audio[b]  # cumulative: the later point of each pair
+        self._busy[:h] = self._busy[b]
+        self._audio[h:] = np.nan
+        self._busy[h:] = np.nan
         self._watts[h:] = np.nan
         self._temp[h:] = np.nan
         self._p50[h:] = np.nan
@@ -221,6 +231,8 @@ class SeriesRecorder(BaseObserver):
                                for k, stage in enumerate(STAGES)},
                 "sources": {name: self._source_points(name, n) for name in sorted(self._src_frames)},
             }
+            if n and not np.isnan(self._audio[:n]).all():
+                out["rtf"] = _json_list(_interval_rtf(self._audio[:n], self._busy[:n]))
         return out
 
     def _source_points(self, name: str, n: int) -> dict[str, Any]:
@@ -234,6 +246,14 @@ class SeriesRecorder(BaseObserver):
         fps = np.where(spans > 0, done / np.where(spans > 0, spans, 1.0), 0.0)
         return {"frames": [int(v) for v in frames], "fps": _json_list(np.maximum(fps, 0.0)),
                 "dropped": [int(v) for v in self._src_dropped[name][:n]]}
+
+
+def _interval_rtf(audio: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """Busy seconds per second of audio within each interval (NaN where no audio came), from cumulative figures."""
+    d_audio = np.diff(np.nan_to_num(audio), prepend=0.0)
+    d_busy = np.diff(np.nan_to_num(busy), prepend=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d_audio > 0, d_busy / np.where(d_audio > 0, d_audio, 1.0), np.nan)
 
 
 def _weighted(x: np.ndarray, y: np.ndarray, wx: np.ndarray, wy: np.ndarray) -> np.ndarray:

@@ -125,6 +125,9 @@ def _pipeline_families(stats: Any) -> Iterator[Metric]:
         by_source = {"0": stats.analytics_counts}  # a stats object from before per-source counts
     if by_source:
         yield from _analytics_families(by_source)
+    speech = getattr(stats, "speech", None)
+    if speech:
+        yield from _speech_families(speech)
 
 
 def _histograms(histograms: Mapping[str, Any]) -> Iterator[Metric]:
@@ -199,6 +202,24 @@ def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
                     exits.add_metric(labels, c.get("exited", 0))
                     dwell.add_metric(labels, c.get("dwell_s", 0.0))
     yield from (crossings, occupancy, entries, exits, dwell)
+
+
+def _speech_families(speech: Mapping[str, Any]) -> Iterator[Metric]:
+    """A speech run's figures (set by the speech processor as ``stats.speech``)."""
+    audio = _counter("edgert_speech_audio_seconds_total", "Seconds of audio through the speech chain.")
+    audio.add_metric([], speech.get("audio_seconds", 0.0))
+    rtf = _gauge("edgert_speech_rtf", "Real-time factor per speech stage (busy seconds per audio second).", ["stage"])
+    for stage, value in sorted(dict(speech.get("rtf", {})).items()):
+        rtf.add_metric([stage], value)
+    depth = _gauge("edgert_speech_queue_depth", "Speech segments waiting for Whisper's worker.")
+    depth.add_metric([], speech.get("queue_depth", 0))
+    events = _counter("edgert_speech_events_total", "Speech events handed to the sinks, by kind.", ["kind"])
+    for kind, n in sorted(dict(speech.get("events", {})).items()):
+        events.add_metric([kind], n)
+    shed = _counter("edgert_speech_shed_windows_total",
+                    "Whisper windows skipped to stay within the power budget.")
+    shed.add_metric([], speech.get("shed_windows", 0))
+    yield from (audio, rtf, depth, events, shed)
 
 
 class MetricsObserver:

@@ -412,20 +412,16 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "EXEC_START": _exec_line(exec_start),
         **_hardening(config, opts),
     }
-    if config.task == "detect":
-        service_type = [
-            "# edgert says READY=1 once the model is loaded and the first frame went through, and WATCHDOG=1",
-            "# from the pipeline's progress: a pipeline that stops delivering frames is killed (SIGABRT, with a",
-            "# Python traceback of every thread in the journal) and restarted after WatchdogSec.",
-            "Type=notify",
-            "NotifyAccess=main",
-            f"WatchdogSec={opts.watchdog_s}",
-        ]
-    else:
-        service_type = [
-            f"# The {config.task} pipeline does not report its progress to systemd yet: no READY=1, no watchdog.",
-            "Type=exec",
-        ]
+    progress = ("the pipeline's progress" if config.task == "detect" else
+                "the pipeline's progress (audio chunks, and every decoder step of a long Whisper window)")
+    service_type = [
+        "# edgert says READY=1 once the model is loaded and the first frame went through, and WATCHDOG=1",
+        f"# from {progress}: a pipeline that stops delivering frames is killed (SIGABRT, with a",
+        "# Python traceback of every thread in the journal) and restarted after WatchdogSec.",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"WatchdogSec={opts.watchdog_s}",
+    ]
     blocks = {
         "SERVICE_TYPE": service_type,
         "UNIT_ORDERING": ordering,

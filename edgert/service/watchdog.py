@@ -93,6 +93,11 @@ class SystemdObserver:
             self.notifier.status(status_line(stats))
             self._last_status = now
 
+    def on_progress(self, stats: Any) -> None:
+        """Work inside one frame moved on (a decoder step of a long Whisper window): the same pings as a frame,
+        so a 30 s window on a slow board does not look like a hang. A hung decoder calls this no more."""
+        self.on_frame(stats)
+
     def on_stop_requested(self, reason: str = "") -> None:
         """Say STOPPING=1 as soon as a stop is asked for (SIGTERM), before sinks are flushed.
 

@@ -9,16 +9,17 @@ tokenizers and sounddevice load when a stage or source is opened.
 from __future__ import annotations
 
 from edgert.speech.asr import Transcriber
-from edgert.speech.audio import AudioChunk, AudioSource, open_audio, read_audio, resample
+from edgert.speech.audio import AudioChunk, AudioSource, read_audio, resample
 from edgert.speech.chain import SpeechChain
-from edgert.speech.cli import build_chain, cli_run
 from edgert.speech.features import WhisperFeatures, log_mel_spectrogram, mel_filters
 from edgert.speech.results import SpeechSegment, Transcript, WakeEvent
+from edgert.speech.stages import SPEECH_TASKS, build_chain, resolve_chain
 from edgert.speech.vad import VoiceActivity
 from edgert.speech.wakeword import WakeWord
 from edgert.speech.wer import normalize_text, wer, word_errors
 
 __all__ = [
+    "SPEECH_TASKS",
     "AudioChunk",
     "AudioSource",
     "SpeechChain",
@@ -30,13 +31,12 @@ __all__ = [
     "WakeWord",
     "WhisperFeatures",
     "build_chain",
-    "cli_run",
     "log_mel_spectrogram",
     "mel_filters",
     "normalize_text",
-    "open_audio",
     "read_audio",
     "resample",
+    "resolve_chain",
     "wer",
     "word_errors",
 ]

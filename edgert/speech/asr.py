@@ -43,7 +43,16 @@ from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError
 from edgert.speech.decoder_split import add_last_logits, split_decoder
-from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
+from edgert.speech.decoding import (
+    Decoded,
+    beam_search,
+    decode_with_fallback,
+    fails_checks,
+    greedy,
+    log_softmax,
+    rank,
+    sample,
+)
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
 
@@ -54,6 +63,8 @@ log = logging.getLogger(__name__)
 #: <|startoftranscript|>, <|notimestamps|> for the English-only models; <|endoftext|> ends the text.
 START_TOKENS: tuple[int, ...] = (50257, 50362)
 END_TOKEN = 50256
+PREV_TOKEN = 50360  # <|startofprev|> in the English-only vocabulary: the previous text follows, as a prompt
+MAX_PROMPT = 223  # the reference's n_text_ctx // 2 - 1
 BLANK_TOKEN = 220  # "Ġ": Whisper never lets the text start with a bare space
 NO_SPEECH_TOKEN = 50361  # <|nocaptions|> in the English-only vocabulary
 MAX_TOKENS = 224  # Whisper's sample_len: half the decoder's 448-token context
@@ -319,6 +330,7 @@ class Transcriber:
         best_of: int = 5,
         compression_ratio_threshold: float | None = 2.4,
         seed: int = 0,
+        condition_on_previous_text: bool = True,
     ) -> None:
         enc_path, dec_path, tok_path = whisper_files(model_dir)
         if not 1 <= max_tokens <= _BUCKETS[-1] - len(START_TOKENS):
@@ -341,7 +353,15 @@ class Transcriber:
         self.compression_ratio_threshold = compression_ratio_threshold
         self._rng = np.random.default_rng(seed)
         #: windows decoded, and those decoded again at a higher temperature (at least once)
-        self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0}
+        self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0, "rescued_windows": 0}
+        #: Greedy first, and beam search (``beam_size``) only for a window whose greedy text fails the fallback
+        #: checks (repetitive or improbable): beam's accuracy where greedy went wrong, greedy's cost elsewhere.
+        self.beam_rescue = False
+        self.condition_on_previous_text = condition_on_previous_text
+        self.next_prompt: tuple[int, ...] = ()  # the prompt for the audio after the last transcribe()
+        #: Called after the encoder and after every decoder step: a long window still shows progress (the
+        #: pipeline feeds systemd's watchdog from it).
+        self.on_step: Callable[[], None] | None = None
         self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
         try:
             self._check_encoder(enc_path)
@@ -413,14 +433,16 @@ class Transcriber:
                     result.add(tokens[0])
         return result
 
-    def _step_fn(self, first: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def _step_fn(self, first: np.ndarray, start: int = len(START_TOKENS)) -> Callable[[np.ndarray], np.ndarray]:
         """``step`` for :mod:`edgert.speech.decoding`: the suppression rules, then log-probabilities.
 
-        ``first``: the logits after the start tokens, shared by every search of the window.
+        ``first``: the logits after the start tokens (and the prompt before them: ``start`` tokens in all),
+        shared by every search of the window.
         """
-        start = len(START_TOKENS)
 
         def step(tokens: np.ndarray) -> np.ndarray:
+            if self.on_step is not None:
+                self.on_step()
             n = tokens.shape[1]
             raw = first[None, :] if n == start else self._decoder.last_logits(tokens)
             logits = np.where(self._suppress_mask(raw.shape[-1]), -np.inf, raw).astype(np.float32)
@@ -433,32 +455,57 @@ class Transcriber:
         return step
 
     def _attempt(self, step: Callable[[np.ndarray], np.ndarray], temperature: float,
-                 no_speech_prob: float) -> Decoded:
-        """One decoding of the window at ``temperature``: greedy or beam at 0, best-of sampling above."""
+                 no_speech_prob: float, decoding: str | None = None,
+                 initial: tuple[int, ...] = START_TOKENS) -> Decoded:
+        """One decoding of the window at ``temperature``: greedy or beam at 0, best-of sampling above.
+        ``initial``: the start tokens, after the previous window's text as a prompt when there is one."""
+        limit = min(self.max_tokens, self._context - len(initial))
         if temperature > 0:
-            cands = sample(step, START_TOKENS, END_TOKEN, self.max_tokens, temperature, self.best_of, self._rng)
+            cands = sample(step, initial, END_TOKEN, limit, temperature, self.best_of, self._rng)
             best = rank(cands, self.length_penalty)
-        elif self.decoding == "beam":
-            best = rank(beam_search(step, START_TOKENS, END_TOKEN, self.max_tokens, self.beam_size, self.patience),
+        elif (decoding or self.decoding) == "beam":
+            best = rank(beam_search(step, initial, END_TOKEN, limit, self.beam_size, self.patience),
                         self.length_penalty)
         else:
-            best = greedy(step, START_TOKENS, END_TOKEN, self.max_tokens)
+            best = greedy(step, initial, END_TOKEN, limit)
         text = self.tokenizer.decode(list(best.tokens), skip_special_tokens=True).strip()
         return Decoded(best.tokens, best.sum_logprob, best.finished, temperature, text, no_speech_prob)
 
-    def _decode_window(self, audio: np.ndarray, ungated: bool = False) -> Decoded:
+    @property
+    def _context(self) -> int:
+        """Tokens a decoder call can hold: Whisper's 448, or the largest bucket of the fixed-shape decoder."""
+        return 448 if self.decoder_mode == "exact" else _BUCKETS[-1]
+
+    def _decode_window(self, audio: np.ndarray, ungated: bool = False, prompt: Sequence[int] = ()) -> Decoded:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
         encoder_out = self.encoder.infer()[self._enc_out_name]
+        if self.on_step is not None:
+            self.on_step()
         self._decoder.set_encoder_out(encoder_out)
-        start = np.array([START_TOKENS], dtype=np.int64)
-        all_logits = self._decoder.logits(start, len(START_TOKENS))
+        # The previous text as a prompt, as the reference's transcribe does: <|startofprev|> text, then the start
+        # tokens. Only as much as leaves max_tokens of room (all 223 tokens with the exact decoder; the fixed-shape
+        # buckets hold 256 in all, so there the newest few dozen).
+        room = max(self._context - len(START_TOKENS) - self.max_tokens - 1, 0)
+        kept = list(prompt)[-min(room, MAX_PROMPT):] if prompt and room else []
+        initial = (PREV_TOKEN, *kept, *START_TOKENS) if kept else START_TOKENS
+        self.stats["prompted_windows"] = self.stats.get("prompted_windows", 0) + bool(kept)
+        start = np.array([initial], dtype=np.int64)
+        all_logits = self._decoder.logits(start, len(initial))
         # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
-        no_speech = (float(_softmax_at(all_logits[0], NO_SPEECH_TOKEN)) if all_logits.shape[1] > NO_SPEECH_TOKEN
+        sot = len(initial) - len(START_TOKENS)
+        no_speech = (float(_softmax_at(all_logits[sot], NO_SPEECH_TOKEN)) if all_logits.shape[1] > NO_SPEECH_TOKEN
                      else 0.0)
-        step = self._step_fn(np.array(all_logits[-1]))  # a copy: the bucketed decoder's output buffer is reused
+        # a copy: the bucketed decoder's output buffer is reused
+        step = self._step_fn(np.array(all_logits[len(initial) - 1]), len(initial))
         tried = decode_with_fallback(
-            lambda t: self._attempt(step, t, no_speech), self.temperatures, self.compression_ratio_threshold,
-            self.logprob_threshold, self.no_speech_threshold, ungated)
+            lambda t: self._attempt(step, t, no_speech, initial=initial), self.temperatures,
+            self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold, ungated)
+        # Beam rescue (greedy at one temperature): a window greedy got wrong by the checks is searched again
+        # with beams, and the beam result is kept.
+        if self.beam_rescue and self.decoding == "greedy" and len(tried) == 1 and fails_checks(
+                tried[0], self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold, ungated):
+            tried.append(self._attempt(step, 0.0, no_speech, decoding="beam", initial=initial))
+            self.stats["rescued_windows"] += 1
         self.stats["windows"] += 1
         self.stats["attempts"] += len(tried)
         self.stats["fallback_windows"] += len(tried) > 1
@@ -471,7 +518,7 @@ class Transcriber:
         return window
 
     def transcribe(self, audio: np.ndarray, start: float = 0.0, stream: str = "",
-                   ungated: bool = False) -> Transcript:
+                   ungated: bool = False, prompt: Sequence[int] = ()) -> Transcript:
         """Transcribe 16 kHz mono float32 ``audio`` that starts at ``start`` seconds of ``stream``.
 
         As Whisper's own ``transcribe`` does, a window whose no-speech probability exceeds
@@ -482,6 +529,12 @@ class Transcriber:
         log-probability exception then keeps its classic hallucination on a quiet room (" you" at a mean
         log-probability of -0.73 with a no-speech probability of 0.95), so the no-speech probability
         alone decides: nothing else stands between silence and a transcript.
+
+        Long audio (over 30 s) is read in consecutive windows, each conditioned on the text before it when
+        ``condition_on_previous_text`` is on (the reference's default): the previous windows' tokens are the
+        window's prompt, reset after a window that needed a temperature above 0.5. ``prompt``: tokens before this
+        audio (the chain passes the previous window of the same stream); :attr:`next_prompt` is the prompt for
+        the audio that follows. Each window is one entry of the transcript's ``segments`` (start, end, text).
         """
         x = np.asarray(audio)
         if x.ndim != 1 or x.dtype != np.float32:
@@ -489,32 +542,41 @@ class Transcriber:
         tokens: list[int] = []
         truncated = False
         sum_logprob, counted, no_speech, windows, silent = 0.0, 0, 0.0, 0, 0
+        context = list(prompt) if self.condition_on_previous_text else []
+        segments: list[tuple[float, float, str]] = []
         for off in range(0, max(len(x), 1), N_SAMPLES):
-            w = self._decode_window(x[off : off + N_SAMPLES], ungated)
+            piece = x[off : off + N_SAMPLES]
+            w = self._decode_window(piece, ungated, context)
             windows += 1
             no_speech += w.no_speech_prob
             if (self.no_speech_threshold is not None and w.no_speech_prob > self.no_speech_threshold
                     and (ungated or w.avg_logprob < self.logprob_threshold)):
                 silent += 1
                 continue
+            if self.condition_on_previous_text:
+                context = [] if w.temperature > 0.5 else [*context, *w.tokens][-MAX_PROMPT:]
+            t0 = start + off / SAMPLE_RATE
+            segments.append((t0, t0 + len(piece) / SAMPLE_RATE, w.text))
             tokens += w.tokens
             truncated = truncated or not w.finished
             sum_logprob += w.sum_logprob
             counted += len(w.tokens) + 1
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        self.next_prompt = tuple(context)
         return Transcript(text=text, start=start, end=start + len(x) / SAMPLE_RATE, tokens=tuple(tokens),
-                          stream=stream, truncated=truncated,
+                          stream=stream, truncated=truncated, segments=tuple(segments),
                           avg_logprob=sum_logprob / counted if counted else None,
                           no_speech_prob=min(max(no_speech / windows, 0.0), 1.0), no_speech=silent == windows)
 
-    def transcribe_segment(self, segment: SpeechSegment, ungated: bool = False) -> Transcript:
+    def transcribe_segment(self, segment: SpeechSegment, ungated: bool = False,
+                           prompt: Sequence[int] = ()) -> Transcript:
         """Transcribe a VAD segment (it must carry its audio); the transcript keeps its times.
 
         ``ungated``: the segment is a window of the whole stream, not chosen by a VAD (see :meth:`transcribe`).
         """
         if segment.audio is None:
             raise InputError("SpeechSegment has no audio: the VAD must keep segment audio for transcription")
-        t = self.transcribe(segment.audio, segment.start, segment.stream, ungated=ungated)
+        t = self.transcribe(segment.audio, segment.start, segment.stream, ungated=ungated, prompt=prompt)
         return dataclasses.replace(t, start=segment.start, end=segment.end)
 
     def close(self) -> None:

@@ -45,7 +45,6 @@ __all__ = [
     "FileSource",
     "FolderSource",
     "MicSource",
-    "open_audio",
     "read_audio",
     "resample",
 ]
@@ -281,7 +280,15 @@ class MicSource(AudioSource):
     def __init__(self, uri: str, chunk_samples: int = 512, queue_seconds: float = 2.0) -> None:
         super().__init__(uri, chunk_samples)
         parts = urlsplit(uri)
-        via = parse_qs(parts.query).get("via", ["auto"])[0]
+        query = parse_qs(parts.query)
+        via = query.get("via", ["auto"])[0]
+        if "queue_s" in query:  # seconds of audio the capture may run ahead of the chain (default 2)
+            try:
+                queue_seconds = float(query["queue_s"][0])
+            except ValueError:
+                raise SourceError(f"{uri}: queue_s={query['queue_s'][0]!r}: expected seconds") from None
+            if not 0 < queue_seconds <= 600:
+                raise SourceError(f"{uri}: queue_s={queue_seconds:g}: expected seconds 0..600")
         target = (parts.netloc + parts.path) or "default"
         self._queue: queue.Queue[tuple[int, np.ndarray] | BaseException | None] = queue.Queue(
             maxsize=max(2, int(queue_seconds * SAMPLE_RATE / chunk_samples))
@@ -436,20 +443,3 @@ class MicSource(AudioSource):
 
 class _NoSoundDevice(EdgertError):
     """sounddevice is missing or sees no device: fall back to arecord."""
-
-
-def open_audio(uri: str, chunk_samples: int = 512) -> AudioSource:
-    """The source for ``uri``: a file, a folder of clips, ``alsa://DEVICE`` or ``mic://N``."""
-    if not uri:
-        raise SourceError("no audio source given: pass a WAV/FLAC file, a folder, alsa://default or mic://N")
-    scheme = urlsplit(uri).scheme if "://" in uri else ""
-    if scheme in ("alsa", "mic"):
-        return MicSource(uri, chunk_samples)
-    if scheme == "file":
-        uri = uri[len("file://") :]
-    elif scheme:
-        raise SourceError(f"{uri}: unknown audio source scheme {scheme}://. Note: use a path, alsa:// or mic://")
-    path = Path(uri)
-    if path.is_dir():
-        return FolderSource(path, chunk_samples)
-    return FileSource(path, chunk_samples)

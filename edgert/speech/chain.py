@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from edgert.errors import ConfigError
+from edgert.errors import Aborted, ConfigError
 from edgert.speech.asr import Transcriber
-from edgert.speech.audio import SAMPLE_RATE, AudioChunk, AudioSource
+from edgert.speech.audio import SAMPLE_RATE, AudioChunk
 from edgert.speech.features import N_SAMPLES
 from edgert.speech.results import SpeechSegment, Transcript, WakeEvent
 from edgert.speech.vad import VoiceActivity
 from edgert.speech.wakeword import WakeWord
 
-__all__ = ["SpeechChain", "StageStats"]
+__all__ = ["SpeechChain", "StageStats", "iter_events"]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,10 @@ class SpeechChain:
         self.audio_seconds = 0.0
         self.chunks = 0
         self.counts = {"segment": 0, "wake": 0, "transcript": 0, "skipped_segments": 0, "dropped_segments": 0,
-                       "no_speech_segments": 0}
+                       "no_speech_segments": 0, "shed_segments": 0}
+        #: Called before each Whisper window; False skips it (the power budget sheds windows, counted).
+        self.before_asr: Callable[[SpeechSegment], bool] | None = None
+        self.cut_queued = 0
         self._stream = ""
         self._preroll: deque[AudioChunk] = deque()
         self._was_speech = False
@@ -88,6 +91,8 @@ class SpeechChain:
         self._whole_start = 0.0
         self._worker: _AsrWorker | None = None
         self._lock = threading.Lock()
+        self._prompt: tuple[int, ...] = ()  # the previous whole-stream window's text, for the next window
+        self._prompt_stream = ""
 
     # -- events ------------------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
@@ -175,9 +180,18 @@ class SpeechChain:
         asr = self.asr
         if asr is None:
             return
+        if self.before_asr is not None and not self.before_asr(seg):
+            with self._lock:
+                self.counts["shed_segments"] += 1
+            return
         ungated = self.vad is None  # without a VAD, Whisper's no-speech estimate is the only silence guard
-        transcript: Transcript = self._timed("asr", lambda: asr.transcribe_segment(seg, ungated=ungated),
-                                             seg.duration)
+        # Without a VAD the stream goes to Whisper in consecutive 30 s windows: each is conditioned on the text of
+        # the one before (condition_on_previous_text, as the reference's transcribe over long audio).
+        prompt = self._prompt if ungated and seg.stream == self._prompt_stream else ()
+        transcript: Transcript = self._timed(
+            "asr", lambda: asr.transcribe_segment(seg, ungated=ungated, prompt=prompt), seg.duration)
+        if ungated:
+            self._prompt, self._prompt_stream = asr.next_prompt, seg.stream
         if transcript.no_speech:  # Whisper's silence rule: noise the VAD let through, or silence without one
             with self._lock:
                 self.counts["no_speech_segments"] += 1
@@ -216,38 +230,42 @@ class SpeechChain:
         elif self.asr is not None:
             self._flush_whole()
 
-    # -- a whole run -------------------------------------------------------------------------------
-    def run(self, source: AudioSource, max_chunks: int | None = None) -> dict[str, Any]:
-        """Read ``source`` to its end (or ``max_chunks`` chunks, or Ctrl-C); return the summary."""
-        stopped_by = "end of input"
-        t0 = time.perf_counter()
-        if source.live and self.asr is not None:
-            self._worker = _AsrWorker(self)
-        try:
-            for chunk in source:
-                self.process(chunk)
-                if max_chunks is not None and self.chunks >= max_chunks:
-                    stopped_by = "max_frames"
-                    break
-        except KeyboardInterrupt:
-            stopped_by = "interrupted"
-        finally:
-            try:
-                self.flush()
-            finally:
-                if self._worker is not None:
-                    self._worker.close()
-                    self._worker = None
-        wall = time.perf_counter() - t0
-        return self.summary(source, wall, stopped_by)
+    # -- live sources: Whisper on its own thread -------------------------------------------------------
+    def start_worker(self, depth: int = 4) -> None:
+        """Run Whisper on a worker thread with a queue of ``depth`` segments (a live source: the microphone
+        is read while Whisper works; when Whisper falls behind, the oldest waiting segment is dropped)."""
+        if self.asr is not None and self._worker is None:
+            self._worker = _AsrWorker(self, depth)
 
-    def summary(self, source: AudioSource | None = None, wall: float = 0.0, stopped_by: str = "") -> dict[str, Any]:
+    def stop_worker(self) -> None:
+        """Stop the worker; the segments still waiting are counted as cut (``cut.queued_segments``)."""
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            self.cut_queued += worker.discard()
+            worker.close()
+
+    @property
+    def queue_depth(self) -> int:
+        """Segments waiting for Whisper's worker (0 without one)."""
+        return self._worker.depth if self._worker is not None else 0
+
+    def cut(self) -> dict[str, Any]:
+        """What a stop left unprocessed: the speech of an open VAD segment, the audio waiting for a whole-stream
+        Whisper window, the segments waiting for the worker."""
+        open_s = 0.0
+        if self.vad is not None:
+            open_s = float(self.vad.open_seconds())
+        held = sum(len(a) for a in self._whole) / SAMPLE_RATE
+        return {"open_segment_s": round(open_s, 3), "untranscribed_s": round(held, 3),
+                "queued_segments": self.cut_queued}
+
+    def summary(self, wall: float = 0.0) -> dict[str, Any]:
+        """The speech figures of a run: real-time factor per stage, Whisper's share of the audio, events by kind."""
         audio = self.audio_seconds
         busy = sum(s.seconds for s in self.stats.values())
         asr = self.stats.get("asr")
         out: dict[str, Any] = {
             "chain": list(self.stats),
-            "source": source.stats() if source is not None else None,
             "chunks": self.chunks,
             "audio_seconds": round(audio, 3),
             "busy_seconds": round(busy, 3),
@@ -262,8 +280,8 @@ class SpeechChain:
             "skipped_segments": self.counts["skipped_segments"],
             "dropped_segments": self.counts["dropped_segments"],
             "no_speech_segments": self.counts["no_speech_segments"],
+            "shed_segments": self.counts["shed_segments"],
             "stages": {name: st.to_dict(audio) for name, st in self.stats.items()},
-            "stopped_by": stopped_by,
         }
         if self.vad is not None:
             out["stages"]["vad"]["windows"] = self.vad.windows
@@ -307,6 +325,20 @@ class _AsrWorker:
                 except queue.Empty:
                     pass
 
+    @property
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def discard(self) -> int:
+        """Empty the queue; how many segments were waiting."""
+        n = 0
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    n += 1
+            except queue.Empty:
+                return n
+
     def _loop(self) -> None:
         while True:
             seg = self._queue.get()
@@ -314,6 +346,8 @@ class _AsrWorker:
                 return
             try:
                 self._chain._transcribe(seg)
+            except Aborted:  # the run was aborted inside this window: stop, no error
+                return
             except BaseException as exc:  # handed to the reading thread on its next submit, or at close
                 self.error = exc
                 return

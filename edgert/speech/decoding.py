@@ -216,14 +216,21 @@ def decode_with_fallback(attempt: Callable[[float], Decoded], temperatures: Sequ
     for t in temperatures:
         result = attempt(t)
         tried.append(result)
-        fallback = False
-        if compression_ratio_threshold is not None and result.compression_ratio > compression_ratio_threshold:
-            fallback = True  # too repetitive
-        low = logprob_threshold is not None and result.avg_logprob < logprob_threshold
-        if low:
-            fallback = True  # too improbable
-        if no_speech_threshold is not None and result.no_speech_prob > no_speech_threshold and (low or ungated):
-            fallback = False  # silence: dropped by the no-speech rule, whatever the temperature
-        if not fallback:
+        if not fails_checks(result, compression_ratio_threshold, logprob_threshold, no_speech_threshold, ungated):
             break
     return tried
+
+
+def fails_checks(result: Decoded, compression_ratio_threshold: float | None = 2.4,
+                 logprob_threshold: float | None = -1.0, no_speech_threshold: float | None = 0.6,
+                 ungated: bool = False) -> bool:
+    """openai-whisper's fallback test of one decoding: repetitive or improbable, and not silence."""
+    fallback = False
+    if compression_ratio_threshold is not None and result.compression_ratio > compression_ratio_threshold:
+        fallback = True  # too repetitive
+    low = logprob_threshold is not None and result.avg_logprob < logprob_threshold
+    if low:
+        fallback = True  # too improbable
+    if no_speech_threshold is not None and result.no_speech_prob > no_speech_threshold and (low or ungated):
+        fallback = False  # silence: dropped by the no-speech rule, whatever the temperature
+    return fallback

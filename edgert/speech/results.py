@@ -88,6 +88,7 @@ class Transcript:
     avg_logprob: float | None = None  # mean log-probability of the kept tokens (end token included)
     no_speech_prob: float | None = None  # Whisper's own estimate that there was no speech
     no_speech: bool = False  # taken for silence (no_speech_prob high and avg_logprob low): text dropped
+    segments: tuple[tuple[float, float, str], ...] = ()  # (start, end, text) of each 30 s window decoded
 
     def __post_init__(self) -> None:
         _check_span(self.start, self.end, "Transcript")
@@ -102,4 +103,5 @@ class Transcript:
 
         return {"type": "transcript", "stream": self.stream, "start": round(self.start, 3),
                 "end": round(self.end, 3), "text": self.text, "truncated": self.truncated,
-                "avg_logprob": r(self.avg_logprob), "no_speech_prob": r(self.no_speech_prob)}
+                "avg_logprob": r(self.avg_logprob), "no_speech_prob": r(self.no_speech_prob),
+                "segments": [{"start": round(a, 3), "end": round(b, 3), "text": t} for a, b, t in self.segments]}

@@ -137,6 +137,10 @@ class VoiceActivity:
         """Whether a segment is open (speech started and has not yet ended)."""
         return self._triggered
 
+    def open_seconds(self) -> float:
+        """Seconds of speech in the open segment (0 when none is open): what a stop now would cut."""
+        return max(self._pos - self._start, 0) / SAMPLE_RATE if self._triggered else 0.0
+
     # -- segments ----------------------------------------------------------------------------------
     def process(self, chunk: AudioChunk) -> list[SpeechSegment]:
         """Run the windows ``chunk`` completes; return the segments that closed."""

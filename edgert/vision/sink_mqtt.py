@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
-from edgert.vision.sinks.base import FrameResult, Sink, StreamInfo, event_records, frame_record
+from edgert.vision.sinks.base import FrameResult, Sink, StreamInfo, event_records, result_records
 
 __all__ = ["ENV_PASSWORD", "ENV_USERNAME", "MqttSink"]
 
@@ -218,7 +218,7 @@ class MqttSink(Sink):
 
     # -- writing ------------------------------------------------------------------------------------
     def write(self, result: FrameResult) -> None:
-        records = event_records(result) if self.events_only else [frame_record(result), *event_records(result)]
+        records = event_records(result) if self.events_only else result_records(result)
         for record in records:
             self.publish(json.dumps(record, separators=(",", ":")).encode())
 

@@ -50,6 +50,7 @@ from edgert._lazy import lazy_import
 from edgert.config import SourceConfig
 from edgert.errors import SourceError, last_line
 from edgert.redact import expand_env, redact
+from edgert.vision.audio_sources import AUDIO_ROWS
 from edgert.vision.uri import file_path_text, insert_row, scheme
 
 __all__ = [
@@ -954,6 +955,7 @@ SOURCES: list[SourceKind] = [
     SourceKind("rtsp", "rtsp://...", scheme("rtsp://", "rtsps://"), _rtsp),
     SourceKind("stream", "http://...", scheme("http://", "https://"), _stream),
     SourceKind("v4l2", "/dev/videoN (or N, v4l2://DEVICE)", _is_camera, _v4l2),
+    *(SourceKind(*row) for row in AUDIO_ROWS),  # speech tasks' sources (edgert.vision.audio_sources)
     SourceKind("images", "an image, a folder of images, a glob", _is_images, _images),
     SourceKind("video", "a video file", lambda uri: True, _video),
 ]

@@ -164,4 +164,4 @@ def test_rules_flags_on_a_speech_task_are_refused_in_one_line(tmp_path: Path) ->
 
     r = run_cli("run", "--task", "vad", "--source", str(tmp_path / "a.wav"), "--model", str(tmp_path / "m.onnx"),
                 "--zone", "hall:0,0,1,0,1,1", timeout=60)
-    assert_one_line_error(r, "--zone", "not task vad")
+    assert_one_line_error(r, "--zone", "detection only")

@@ -71,16 +71,15 @@ def test_missing_model_and_missing_source(media: dict[str, Path]) -> None:
                                   "--conf", "2", timeout=TIMEOUT), "--conf")
 
 
-def test_speech_tasks_dispatch_to_the_speech_pipeline(media: dict[str, Path], tmp_path: Path) -> None:
-    import edgert.speech
-
+def test_speech_tasks_run_the_speech_chain_in_the_one_pipeline(media: dict[str, Path], tmp_path: Path) -> None:
     r = run_cli("run", "--task", "vad", "--source", str(tmp_path / "missing.wav"), timeout=TIMEOUT)
-    if not hasattr(edgert.speech, "cli_run"):
-        assert_one_line_error(r, "not available")
-        return
-    # The speech pipeline ran (not the detector): its own one-line error about the audio source.
-    assert_one_line_error(r)
-    assert "no model given" not in r.stderr and "video" not in r.stderr
+    # The speech processor opened (not the detector): its one-line error about the missing stage model.
+    assert_one_line_error(r, "no model for the vad stage")
+    # A video with a speech task, and an audio file with detection: one line naming the source.
+    wav = tmp_path / "a.wav"
+    wav.write_bytes(b"")
+    assert_one_line_error(run_cli("run", "--model", str(media["model"]), "--source", str(wav), timeout=TIMEOUT),
+                          "a.wav", "an audio source")
 
 
 # -- output ---------------------------------------------------------------------------------------

@@ -155,14 +155,31 @@ def test_source_kinds(uri: str, kind: str) -> None:
     assert source_kind(uri) == kind
 
 
-def test_speech_pipelines_get_no_watchdog_they_cannot_feed(tmp_path: Path) -> None:
+def test_speech_pipelines_get_the_watchdog_they_feed(tmp_path: Path) -> None:
+    """A speech run goes through the one Pipeline: READY=1 and WATCHDOG=1 as detection (and from Whisper's decoder
+    steps inside a long window: tests/speech/test_one_pipeline.py)."""
     config = _config(task="wakeword", model={"path": "/srv/m.onnx"}, source={"uri": "alsa://default"})
-    text = render_unit(config, UnitOptions(name="ears", config_path="/srv/c.yaml", edgert=_edgert_here()))
+    text = render_unit(config, UnitOptions(name="ears", config_path="/srv/c.yaml", edgert=_edgert_here(),
+                                           watchdog_s=20))
     unit = tmp_path / "edgert-ears.service"
     unit.write_text(text)
     verify(unit)
-    assert _values(text, "Type") == ["exec"]
-    assert _values(text, "WatchdogSec") == [] and _values(text, "NotifyAccess") == []
+    assert _values(text, "Type") == ["notify"]
+    assert _values(text, "WatchdogSec") == ["20"] and _values(text, "NotifyAccess") == ["main"]
+
+
+def test_service_install_dry_run_for_a_speech_config_has_the_watchdog(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    config = tmp_path / "ears.yaml"
+    config.write_text("task: asr\nmodel:\n  path: /srv/whisper-tiny.en\nsource:\n  uri: alsa://default\n"
+                      "speech:\n  chain: [vad, asr]\n  vad:\n    model: /srv/silero_vad.onnx\n"
+                      "sinks: [\"mqtt://127.0.0.1:1883/ears?events=only\"]\n")
+    r = run_cli("service", "install", "--config", str(config), "--name", "ears", "--dry-run",
+                "--unit-dir", str(tmp_path / "units"), "--edgert", _edgert_here())
+    assert r.returncode == 0, r.stderr
+    assert _values(r.stdout, "Type") == ["notify"] and _values(r.stdout, "WatchdogSec") == ["30"]
+    assert not (tmp_path / "units").exists()
 
 
 def test_rtsp_output_also_waits_for_the_network() -> None:

@@ -197,3 +197,27 @@ def test_config_search_keys_are_transcriber_arguments() -> None:
     assert set(AsrConfig(decoding="beam").search()) <= set(params)
     with pytest.raises(InputError, match="temperature 0"):
         Transcriber._check_search("beam", 5, None, None, (0.2,), 5)
+
+
+def test_long_audio_is_conditioned_on_the_previous_window(whisper: Transcriber, librivox: Path) -> None:
+    """Over 30 s: the second window is prompted with the first one's text (condition_on_previous_text, as the
+    reference's transcribe), and each window is a segment with its own times in the transcript's events."""
+    from edgert.speech import read_audio
+
+    clips = sorted(librivox.glob("*.wav"))
+    gap = np.zeros(4800, np.float32)
+    audio = np.concatenate([np.concatenate([read_audio(c), gap]) for c in clips] * 2)  # 52 s
+    before = whisper.stats.get("prompted_windows", 0)
+    t = whisper.transcribe(audio, start=10.0)
+    assert whisper.stats["prompted_windows"] == before + 1  # the second window of two
+    assert len(whisper.next_prompt) > 20 and all(tok < 50256 for tok in whisper.next_prompt)
+    events = t.to_dict()["segments"]
+    assert [(s["start"], s["end"]) for s in events] == [(10.0, 40.0), (40.0, round(10.0 + len(audio) / 16000, 3))]
+    assert "amiable himself" in " ".join(normalize_text(" ".join(s["text"] for s in events)))
+    whisper.condition_on_previous_text = False
+    try:
+        before = whisper.stats["prompted_windows"]
+        whisper.transcribe(audio)
+        assert whisper.stats["prompted_windows"] == before  # off: windows decoded independently
+    finally:
+        whisper.condition_on_previous_text = True

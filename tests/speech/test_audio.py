@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edgert.errors import SourceError
-from edgert.speech import open_audio, read_audio, resample
+from edgert.speech import read_audio, resample
 from edgert.speech.audio import FileSource, FolderSource, MicSource
 
 from .conftest import fake_arecord
@@ -36,7 +36,7 @@ def peak_hz(x: np.ndarray, rate: int = SR) -> float:
 def test_file_chunks_have_fixed_size_and_timestamps(tmp_path: Path) -> None:
     path = tmp_path / "a.wav"
     sf.write(path, tone(SR, 1.0), SR, subtype="PCM_16")
-    with open_audio(str(path), chunk_samples=512) as src:
+    with FileSource(path, chunk_samples=512) as src:
         chunks = list(src)
     assert [len(c.samples) for c in chunks[:-1]] == [512] * (len(chunks) - 1)
     assert sum(len(c.samples) for c in chunks) == SR
@@ -81,11 +81,19 @@ def test_truncated_wav_is_an_error(tmp_path: Path, librivox: Path) -> None:
         FileSource(tmp_path / "hdr.wav")
 
 
-def test_missing_file_and_unknown_scheme() -> None:
-    with pytest.raises(SourceError, match="not found"):
-        open_audio("/nonexistent/a.wav")
-    with pytest.raises(SourceError, match="unknown audio source scheme"):
-        open_audio("ftp://x/a.wav")
+def test_audio_uris_are_rows_of_the_one_source_table(tmp_path: Path) -> None:
+    """A file, a folder of clips, alsa:// and mic:// are understood by the source table's audio rows only."""
+    from edgert.vision.sources import SOURCES, open_source
+
+    sf.write(tmp_path / "a.wav", tone(SR, 0.5), SR)
+    kinds = {row.name: row for row in SOURCES}
+    assert {"audio-file", "audio-folder", "audio-live"} <= set(kinds)
+    assert kinds["audio-folder"].accepts(str(tmp_path)) and not kinds["images"].accepts("alsa://default")
+    src = open_source(str(tmp_path / "a.wav"))
+    assert src.kind == "audio" and getattr(src, "audio", False)
+    assert open_source(str(tmp_path)).kind == "audio" and open_source("mic://0").kind == "audio-live"
+    with pytest.raises(SourceError, match="not found"), open_source("/nonexistent/a.wav"):
+        pass
 
 
 def test_folder_skips_and_counts_unreadable_clips(tmp_path: Path) -> None:
@@ -93,8 +101,7 @@ def test_folder_skips_and_counts_unreadable_clips(tmp_path: Path) -> None:
     (tmp_path / "b.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
     sf.write(tmp_path / "c.flac", tone(SR, 0.25), SR)
     (tmp_path / "notes.txt").write_text("not audio")
-    with open_audio(str(tmp_path), chunk_samples=1600) as src:
-        assert isinstance(src, FolderSource)
+    with FolderSource(tmp_path, chunk_samples=1600) as src:
         chunks = list(src)
     streams = [c.stream for c in chunks]
     assert streams[0].endswith("a.wav") and streams[-1].endswith("c.flac")

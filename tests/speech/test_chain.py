@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig, SpeechConfig, VadConfig
+from edgert.pipeline import Pipeline
 from edgert.speech import (
     AudioChunk,
     SpeechChain,
@@ -21,8 +23,8 @@ from edgert.speech import (
     normalize_text,
     read_audio,
 )
-from edgert.speech.audio import MicSource
 from edgert.speech.chain import iter_events
+from edgert.vision.sinks import CallbackSink
 
 from .conftest import fake_arecord, silence
 
@@ -80,15 +82,22 @@ def test_live_source_runs_whisper_on_a_worker(tmp_path: Path, monkeypatch: pytes
     audio = np.concatenate([silence(1.0), clip_0930, silence(1.5)])
     sf.write(wav, audio, SR, subtype="PCM_16")
     monkeypatch.setenv("PATH", f"{fake_arecord(tmp_path / 'bin', wav)}{os.pathsep}{os.environ['PATH']}")
-    got: list[object] = []
-    chain = SpeechChain(VoiceActivity(speech_models / "silero_vad.onnx", "onnxruntime"), None, whisper,
-                        on_event=got.append)
-    with MicSource("alsa://default?via=arecord", 512, queue_seconds=30.0) as mic:
-        summary = chain.run(mic, max_chunks=len(audio) // 512)
-    texts = [e for e in got if isinstance(e, Transcript)]
-    assert len(texts) == 1 and "amiable" in texts[0].text.lower()
-    assert summary["stopped_by"] == "max_frames" and summary["source"]["overruns"] == 0
-    assert 0 < summary["whisper_share"] < 0.7
+    got: list[dict[str, object]] = []
+    config = PipelineConfig(task="asr", model=ModelConfig(path=str(speech_models / "whisper-tiny.en"),
+                                                          backend="onnxruntime"),
+                            source=SourceConfig(uri="alsa://default?via=arecord&queue_s=30"),
+                            speech=SpeechConfig(chain=("vad", "asr"),
+                                                vad=VadConfig(model=str(speech_models / "silero_vad.onnx"))),
+                            runtime=RuntimeConfig(max_frames=len(audio) // 512))
+    pipeline = Pipeline(config, sinks=[CallbackSink(lambda r: got.extend(r.events), queue_size=4096)],
+                        handle_signals=False, environment=False)
+    summary = pipeline.run()
+    texts = [e for e in got if e["type"] == "transcript"]
+    assert len(texts) == 1 and "amiable" in str(texts[0]["text"]).lower()
+    # Whisper ran on its worker (the source is live) and its transcript still reached the sink at the end.
+    assert summary["stopped_by"] == "max_frames" and summary["dropped"] == 0
+    assert summary["source"]["kind"] == "audio-live" and summary["source"]["overruns"] == 0
+    assert 0 < summary["speech"]["whisper_share"] < 0.7
 
 
 def test_chain_needs_a_stage_and_vad_between_wakeword_and_asr(speech_models: Path, whisper: Transcriber) -> None:

@@ -33,10 +33,11 @@ def test_vad_then_whisper_reports_rtf_and_whisper_share(tmp_path: Path, speech_m
                 "--source", str(padded_clip), "--sink", f"jsonl://{events}", "--backend", "onnxruntime", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    assert summary["chain"] == ["vad", "asr"] and summary["task"] == "asr"
-    assert summary["audio_seconds"] == pytest.approx(7.29, abs=0.01)
-    assert 0.3 < summary["whisper_share"] < 0.55  # 3.3 s of speech in 7.3 s
-    assert summary["rtf"] > 0 and summary["stages"]["asr"]["rtf"] > summary["stages"]["vad"]["rtf"]
+    assert summary["speech"]["chain"] == ["vad", "asr"] and summary["task"] == "asr"
+    assert summary["speech"]["audio_seconds"] == pytest.approx(7.29, abs=0.01)
+    assert 0.3 < summary["speech"]["whisper_share"] < 0.55  # 3.3 s of speech in 7.3 s
+    speech = summary["speech"]
+    assert speech["rtf"] > 0 and speech["stages"]["asr"]["rtf"] > speech["stages"]["vad"]["rtf"]
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert [e["type"] for e in lines] == ["segment", "transcript"]
     assert "amiable himself" in lines[1]["text"].lower()
@@ -68,7 +69,7 @@ def test_max_frames_stops_early(speech_models: Path, padded_clip: Path) -> None:
                 "--source", str(padded_clip), "--max-frames", "20", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    assert summary["chunks"] == 20 and summary["stopped_by"] == "max_frames"
+    assert summary["speech"]["chunks"] == 20 and summary["stopped_by"] == "max_frames"
 
 
 def test_truncated_wav(tmp_path: Path, speech_models: Path, librivox: Path) -> None:
@@ -92,7 +93,8 @@ def test_other_rates_are_resampled_and_said_so(tmp_path: Path, speech_models: Pa
     r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--source", str(wav),
                 "--json")
     assert r.returncode == 0, r.stderr
-    assert "resampled 44100 Hz" in r.stderr and json.loads(r.stdout)["audio_seconds"] == pytest.approx(1.0, abs=0.01)
+    assert "resampled 44100 Hz" in r.stderr
+    assert json.loads(r.stdout)["speech"]["audio_seconds"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_model_with_unexpected_inputs(tmp_path: Path, padded_clip: Path, speech_models: Path) -> None:
@@ -114,7 +116,7 @@ def test_config_and_sink_mistakes(tmp_path: Path, speech_models: Path, padded_cl
     assert_one_line_error(r, "no model for the wakeword stage")
     r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--source", str(padded_clip),
                 "--sink", str(tmp_path / "out.mp4"))
-    assert_one_line_error(r, "jsonl://PATH")
+    assert_one_line_error(r, "out.mp4", "a speech task has none")
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: asr\nspeech:\n  chain: [asr, vad]\n")
     assert_one_line_error(run_cli("run", "--config", str(bad)), "bad.yaml:3", "speech.chain")

@@ -36,9 +36,9 @@ def test_whisper_without_vad_writes_no_transcript_for_silence(tmp_path: Path, sp
                 "--sink", f"jsonl://{events}", "--backend", "onnxruntime", "--json", timeout=300)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    assert summary["chain"] == ["asr"]
+    assert summary["speech"]["chain"] == ["asr"]
     assert [json.loads(line) for line in events.read_text().splitlines()] == []
-    assert summary["no_speech_segments"] == 2  # two 30 s windows (30 + 15 s), both taken for silence
+    assert summary["speech"]["no_speech_segments"] == 2  # two 30 s windows (30 + 15 s), both taken for silence
 
 
 def test_a_bad_second_sink_leaves_the_first_ones_output_alone(tmp_path: Path, speech_models: Path) -> None:

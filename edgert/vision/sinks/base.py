@@ -36,6 +36,7 @@ __all__ = [
     "local_path",
     "open_sinks",
     "release_sinks",
+    "result_records",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class FrameResult:
     file: str | None = None  # the image file, for folder sources
     source: str | None = None  # the source's name (or index) in a pipeline with several
     events: list[dict[str, Any]] = field(default_factory=list)  # analytics events of this frame (line_cross, ...)
+    frame_record: bool = True  # False: the frame is no record of its own (an audio chunk); sinks write its events
 
 
 def frame_record(result: FrameResult) -> dict[str, Any]:
@@ -79,6 +81,12 @@ def frame_record(result: FrameResult) -> dict[str, Any]:
         record["file"] = result.file
     record["detections"] = result.detections.to_records()
     return record
+
+
+def result_records(result: FrameResult) -> list[dict[str, Any]]:
+    """What the JSONL and MQTT sinks write for one frame: its record (unless it has none), then its events."""
+    head = [frame_record(result)] if result.frame_record else []
+    return [*head, *event_records(result)]
 
 
 def event_records(result: FrameResult) -> list[dict[str, Any]]:
@@ -248,7 +256,7 @@ class SinkWorker:
                 buf = np.empty_like(image)
             np.copyto(buf, image)
         result = FrameResult(result.index, result.timestamp, result.detections, buf, result.file, result.source,
-                             result.events)
+                             result.events, result.frame_record)
         if self._put(result, wait, abort):
             return True
         self._count_refused()

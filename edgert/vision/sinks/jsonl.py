@@ -16,9 +16,8 @@ from edgert.vision.sinks.base import (
     Sink,
     StreamInfo,
     claim_file,
-    event_records,
-    frame_record,
     is_deleted,
+    result_records,
     unlink_quietly,
 )
 
@@ -65,7 +64,9 @@ class JsonlSink(Sink):
         self._opened = True
 
     def write(self, result: FrameResult) -> None:
-        records = [frame_record(result), *event_records(result)]
+        records = result_records(result)
+        if not records:
+            return
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         if self._stdout:
             try:

@@ -1,0 +1,73 @@
+"""Every flag that applies to one kind of task is refused on the other in one line naming it: vision-only flags
+with a speech task, Whisper's search flags with detection; and the config keys behind the vision flags with a
+speech task through the Python API. Nothing is warned about and ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgert.cli.main import main
+from edgert.cli.task_flags import SPEECH_ONLY_FLAGS, VISION_ONLY_FLAGS
+from edgert.config import PipelineConfig, from_mapping
+from edgert.errors import ConfigError
+
+#: A value for each flag that takes one (the others are switches).
+VALUES = {"--conf": "0.3", "--iou": "0.5", "--track": "sort", "--processing": "cpu", "--slots": "2",
+          "--memory": "pinned", "--batch": "2", "--batch-timeout-ms": "5", "--decoding": "beam",
+          "--beam-size": "3", "--best-of": "2"}
+
+
+def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("edgert: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _flag(flag: str) -> list[str]:
+    return [flag, VALUES[flag]] if flag in VALUES else [flag]
+
+
+def test_the_tables_cover_the_parsers_task_specific_flags() -> None:
+    assert set(VISION_ONLY_FLAGS).isdisjoint(SPEECH_ONLY_FLAGS)
+    assert {"--conf", "--track", "--slots", "--batch", "--processing", "--loop", "--preload"} <= set(VISION_ONLY_FLAGS)
+    assert set(SPEECH_ONLY_FLAGS) == {"--decoding", "--beam-size", "--fallback", "--best-of"}
+
+
+@pytest.mark.parametrize("flag", sorted(VISION_ONLY_FLAGS))
+def test_vision_only_flag_with_a_speech_task(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(["run", "--task", "wakeword", "--model", str(tmp_path / "w.onnx"), "--source",
+                            str(tmp_path / "a.wav"), *_flag(flag)], capsys)
+    assert flag in line and "detection only" in line and "wakeword" in line
+
+
+@pytest.mark.parametrize("flag", sorted(SPEECH_ONLY_FLAGS))
+def test_speech_only_flag_with_detection(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(["run", "--model", str(tmp_path / "m.onnx"), "--source", str(tmp_path / "v.mp4"),
+                            *_flag(flag)], capsys)
+    assert flag in line and "not task detect" in line
+
+
+def test_several_are_named_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(["run", "--task", "asr", "--model", str(tmp_path), "--source", "a.wav", "--conf", "0.2",
+                            "--track", "--slots", "3"], capsys)
+    assert "--conf, --track, --slots" in line
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    ({"track": {"tracker": "bytetrack"}}, "track"),
+    ({"runtime": {"slots": 2}}, "runtime.slots"),
+    ({"runtime": {"batch": 2}}, "runtime.batch"),
+    ({"runtime": {"processing": "gpu"}}, "runtime.processing"),
+    ({"source": {"uri": "a.wav", "loop": True}}, "source.loop"),
+])
+def test_vision_keys_with_a_speech_task_through_the_api(data: dict[str, object], key: str) -> None:
+    from edgert.pipeline.speech import refuse_vision_keys
+
+    config = from_mapping(PipelineConfig, {"task": "vad", **data})
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
+        refuse_vision_keys(config)
+    assert "\n" not in str(info.value)
