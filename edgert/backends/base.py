@@ -140,6 +140,9 @@ class Backend(abc.ABC):
     #: present (TensorRT-RTX does, so ``edgert build --backend auto`` takes it on a CPU-only machine).
     build_module: str = ""
     builds_without_gpu: bool = False
+    #: True: this backend's sessions are :class:`~edgert.backends.gpu_session.GpuSession` (buffers on a CUDA
+    #: device, one stream), so the GPU processor can feed them.
+    gpu_sessions: bool = False
 
     @abc.abstractmethod
     def probe(self) -> BackendProbe:

@@ -103,6 +103,7 @@ class OnnxRuntimeCudaSession(GpuSession):
 
 class OnnxRuntimeCudaBackend(Backend):
     name = "onnxruntime-cuda"
+    gpu_sessions = True
 
     def probe(self) -> BackendProbe:
         present, why = gpu_present()

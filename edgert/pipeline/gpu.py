@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from edgert.backends.base import Session
+from edgert.backends.gpu_session import GpuSession
 from edgert.config import PipelineConfig
 from edgert.errors import BackendError, ConfigError, ModelError
 from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
@@ -258,6 +260,17 @@ class GpuSlot(ProcessorSlot):
         self.session.close()
 
 
+def _gpu_session(session: Session, backend: str) -> GpuSession:
+    """``session`` when its buffers live on a CUDA device (the backend row says so); else closed, and refused."""
+    if isinstance(session, GpuSession):
+        return session
+    session.close()
+    from edgert.backends import gpu_backends
+
+    raise ConfigError(f"runtime.processing: gpu: backend {backend} keeps its buffers on the host; GPU "
+                      f"processing needs one of {', '.join(gpu_backends())}")
+
+
 class GpuProcessor(Processor):
     """Detect objects with preprocessing, inference and filtering on the GPU, ``runtime.slots`` frames at once.
 
@@ -287,12 +300,9 @@ class GpuProcessor(Processor):
         wanted = slots_wanted(config, "gpu")
         model = config.model.path
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
-        first = open_session(model, backend, sess_opts)
+        first = _gpu_session(open_session(model, backend, sess_opts), backend)
         opened: list[Any] = [first]
         try:
-            if not hasattr(first, "device_inputs") or not hasattr(first, "compute_only"):
-                raise ConfigError(f"runtime.processing: gpu: backend {backend} keeps its buffers on the host; GPU "
-                                  f"processing needs one of tensorrt, tensorrt-rtx, onnxruntime-cuda")
             spec = image_input(first)
             self.preprocessor = Preprocessor(config.preprocess, spec, first.metadata)
             self.batch = batch
@@ -303,7 +313,7 @@ class GpuProcessor(Processor):
                 opened.clear()
                 sess_opts = SessionOptions(threads=config.model.threads, device=device, shapes=shapes,
                                            cuda_graph=self.cuda_graph)
-                first = open_session(model, backend, sess_opts)
+                first = _gpu_session(open_session(model, backend, sess_opts), backend)
                 opened.append(first)
             if first.inputs[spec.name].shape[0] != batch:
                 shape = list(first.inputs[spec.name].shape)
@@ -322,7 +332,7 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
-            self.device: Any = getattr(first, "device")  # noqa: B009 - GPU sessions only (checked above)
+            self.device: Any = first.device
             with self.device.active():
                 self.traits = device_traits(self.device)
             self.memory_mode = choose_memory_mode(config.runtime.memory or "auto", self.traits["integrated"],

@@ -35,7 +35,6 @@ from edgert.errors import ConfigError
 from edgert.vision.detections import Detections
 
 __all__ = [
-    "GPU_BACKENDS",
     "GPU_ONLY_KEYS",
     "Processor",
     "ProcessorSlot",
@@ -46,9 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Backends whose sessions run on a CUDA device (and so can feed the GPU processor).
-GPU_BACKENDS: tuple[str, ...] = ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda")
 
 #: runtime keys that only the GPU processor reads, with the flag that sets each.
 GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-graph"}
@@ -138,9 +134,10 @@ def default_slots(kind: str) -> int:
 
 
 def _gpu_usable(backend: str) -> tuple[bool, str]:
-    if backend not in GPU_BACKENDS:
-        return False, f"backend {backend} runs on the CPU (GPU processing needs one of {', '.join(GPU_BACKENDS)})"
-    from edgert.backends import get_backend
+    from edgert.backends import get_backend, gpu_backends
+
+    if backend not in gpu_backends():
+        return False, f"backend {backend} runs on the CPU (GPU processing needs one of {', '.join(gpu_backends())})"
 
     try:
         get_backend(backend)
@@ -163,13 +160,13 @@ def resolve_processing(config: PipelineConfig) -> tuple[str, str, str]:
     Raises :class:`ConfigError` for ``processing: gpu`` where no GPU can be used, and for GPU-only keys
     (``runtime.memory``, ``runtime.cuda_graph``) on a run that uses the CPU processor.
     """
-    from edgert.backends import choose_backend
+    from edgert.backends import choose_backend, gpu_backends
 
     backend = config.model.backend
     probes_note = ""
     if backend == "auto":
         backend, probes = choose_backend()
-        passed = [f"{p.name}: {p.reason}" for p in probes if not p.available and p.name in GPU_BACKENDS]
+        passed = [f"{p.name}: {p.reason}" for p in probes if not p.available and p.name in gpu_backends()]
         probes_note = f" ({'; '.join(passed)})" if passed else ""
     requested = config.runtime.processing
     if requested == "cpu":

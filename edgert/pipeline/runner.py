@@ -312,18 +312,14 @@ class Pipeline:
         """Every sink checked, locked and bound before any truncates its file (a run that cannot start leaves
         existing outputs alone), then opened; a sink failing mid-run stops the run with its error."""
         from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
+        from edgert.vision.sinks.plan import sink_plan
 
         feeds = self._feeds
         several = len(feeds) > 1
-        plan: list[tuple[Any, _Feed | None]] = []  # (spec, the feed it is for; None: shared)
-        for spec in self._sink_specs:
-            if isinstance(spec, str) and "{source}" in spec:
-                plan += [(spec.replace("{source}", feed.name), feed) for feed in feeds]
-            else:
-                plan.append((spec, None))
-        for feed in feeds:
-            if feed.config is not None:
-                plan += [(spec, feed) for spec in feed.config.sinks]
+        own = [feed.config.sinks if feed.config is not None else () for feed in feeds]
+        feed_names = [feed.name for feed in feeds]
+        plan: list[tuple[Any, _Feed | None]] = [  # (spec, the feed it is for; None: shared)
+            (spec, None if i is None else feeds[i]) for spec, i in sink_plan(self._sink_specs, feed_names, own)]
         prepared: list[tuple[Any, _Feed | None]] = []
         try:
             for spec, owner in plan:
