@@ -274,11 +274,10 @@ def fp16_route(options: BuildOptions, strong: bool) -> str | None:
 def _fp16_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
     """The FP16 ONNX a strongly typed builder builds: converted into the engine cache folder, reused while
     the source model and the converter are the same. A model that already computes in FP16 is built as is."""
-    import onnx
-
+    from edgert.onnx_file import read_onnx
     from edgert.rewrite.fp16 import convert_file, converter_version, fp16_state
 
-    state = fp16_state(onnx.load(str(info.path), load_external_data=False))
+    state = fp16_state(read_onnx(info.path, weights=False))
     if state == "float16":
         log.info("%s already computes in FP16: built as it is", info.path.name)
         return info

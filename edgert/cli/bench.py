@@ -217,11 +217,11 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str,
 
 def _batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
     """The inputs with a dynamic first dimension and their other dims (from the model, or --shapes OPT)."""
-    import onnx
 
     from edgert.errors import ConfigError
+    from edgert.onnx_file import read_onnx
 
-    graph = onnx.load(str(model), load_external_data=False).graph
+    graph = read_onnx(model, weights=False).graph
     inits = {t.name for t in graph.initializer}
     given = _run_shapes(shapes) if shapes else {}
     out: dict[str, tuple[int, ...]] = {}

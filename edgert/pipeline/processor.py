@@ -193,9 +193,9 @@ def batched_model(path: str, batch: int) -> tuple[str, int, str | None]:
     """
     if batch <= 1 or not path.lower().endswith(".onnx"):
         return path, batch, None
-    import onnx
+    from edgert.onnx_file import read_onnx
 
-    graph = onnx.load(path, load_external_data=False).graph
+    graph = read_onnx(path, weights=False).graph
     initializers = {t.name for t in graph.initializer}
     inputs = [i for i in graph.input if i.name not in initializers]
     dims = [i.type.tensor_type.shape.dim for i in inputs]

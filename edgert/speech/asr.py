@@ -41,7 +41,8 @@ import onnx
 from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
-from edgert.errors import BackendError, InputError, ModelError
+from edgert.errors import BackendError, InputError, ModelError, reraise_as
+from edgert.onnx_file import read_onnx
 from edgert.speech.decoder_split import add_last_logits, split_decoder
 from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
@@ -102,10 +103,8 @@ def _ort_from_proto(model: onnx.ModelProto, what: str, threads: int) -> Any:
     if threads:
         so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    try:
+    with reraise_as(ModelError, f"{what}: ONNX Runtime cannot load it"):  # onnxruntime's pybind11 exceptions
         return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's pybind11 exception types
-        raise ModelError(f"{what}: ONNX Runtime cannot load it: {str(exc).strip().splitlines()[0]}") from exc
 
 
 class _ExactOrtDecoder:
@@ -116,10 +115,7 @@ class _ExactOrtDecoder:
     """
 
     def __init__(self, path: Path, threads: int) -> None:
-        try:
-            model = onnx.load(str(path))
-        except Exception as exc:  # protobuf DecodeError and friends
-            raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+        model = read_onnx(path)
         inits = {i.name for i in model.graph.initializer}
         _check_decoder_inputs(path, [i.name for i in model.graph.input if i.name not in inits])
         split = split_decoder(model)
@@ -159,18 +155,14 @@ class _ExactOrtDecoder:
         if self._cross is None:
             self._feed = {"encoder_out": encoder_out}
             return
-        try:
+        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
             values = self._cross.run(self._hoisted, {"encoder_out": encoder_out})
-        except Exception as exc:  # onnxruntime's pybind11 exception types
-            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         self._feed = dict(zip(self._hoisted, values))
         self._tiled = {}
 
     def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
-        try:
+        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
             out: np.ndarray = self._step.run([output or self._out], {"tokens": tokens, **feed})[0]
-        except Exception as exc:  # onnxruntime's pybind11 exception types
-            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         return out
 
     def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
@@ -325,10 +317,8 @@ class Transcriber:
             raise InputError(f"max_tokens must be 1..{_BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
         self._check_search(decoding, beam_size, patience, length_penalty, tuple(temperatures), best_of)
         tokenizers = lazy_import("tokenizers", "Whisper's tokenizer")
-        try:
+        with reraise_as(ModelError, f"{tok_path}: cannot read the tokenizer"):  # a plain Exception from Rust
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
-        except Exception as exc:  # tokenizers raises a plain Exception subclass from Rust
-            raise ModelError(f"{tok_path}: cannot read the tokenizer: {str(exc).splitlines()[0]}") from exc
         self.max_tokens = max_tokens
         self.no_speech_threshold = no_speech_threshold  # None: never drop a window as silence
         self.logprob_threshold = logprob_threshold

@@ -76,7 +76,7 @@ def test_damaged_files_are_model_errors(tmp_path: Path) -> None:
     good = tiny_model(tmp_path / "t.onnx")
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\x07\x12\xff garbage" * 10)
-    with pytest.raises(ModelError, match="not a readable ONNX file"):
+    with pytest.raises(ModelError, match="not a readable ONNX model"):
         inspect_onnx(bad)
     with pytest.raises(ModelError, match="not found"):
         inspect_onnx(tmp_path / "missing.onnx")
