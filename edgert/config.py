@@ -14,13 +14,14 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Literal, Optional, Tuple, TypeVar, Union
-
-import yaml
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple, TypeVar, Union
 
 from edgert.coco import COCO_NAMES
 from edgert.decoder_kinds import decode_kinds
 from edgert.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml  # imported where a file is loaded: ``import edgert`` needs numpy alone
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -470,6 +471,8 @@ MAX_CONFIG_NODES = 100_000
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], filename: str) -> int:
     """Nodes under ``node`` with every alias expanded, counted without expanding (each node once)."""
+    import yaml
+
     known = memo.get(id(node))
     if known is not None:
         return known
@@ -497,6 +500,8 @@ def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ..
 
     Bounded by :func:`_expanded_size` having run first; ``active`` stops a recursive alias.
     """
+    import yaml
+
     if id(node) in active:
         return
     active.add(id(node))
@@ -551,6 +556,8 @@ def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
     Bounded: files over :data:`MAX_CONFIG_BYTES` and documents over :data:`MAX_CONFIG_NODES` values (aliases
     expanded) are refused before anything walks them; a key given twice in one mapping is an error.
     """
+    import yaml
+
     p = Path(path)
     text = _read_config_text(p)
     # Compose once, check the node tree, then construct from the same tree (no second parse).

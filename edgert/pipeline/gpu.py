@@ -36,18 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from edgert.backends.base import Session
-from edgert.backends.gpu_session import GpuSession
 from edgert.config import PipelineConfig
-from edgert.errors import BackendError, ConfigError, ModelError
+from edgert.errors import BackendError, ConfigError
 from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
-from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
+from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
-from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, candidates_to_detections_batch
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
-from edgert.vision.preprocess import LetterboxTransform, Preprocessor, check_frame
+from edgert.vision.opened import fill_other_inputs, open_model
+from edgert.vision.preprocess import LetterboxTransform, check_frame
 
 __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memory_mode"]
 
@@ -260,17 +258,6 @@ class GpuSlot(ProcessorSlot):
         self.session.close()
 
 
-def _gpu_session(session: Session, backend: str) -> GpuSession:
-    """``session`` when its buffers live on a CUDA device (the backend row says so); else closed, and refused."""
-    if isinstance(session, GpuSession):
-        return session
-    session.close()
-    from edgert.backends import gpu_backends
-
-    raise ConfigError(f"runtime.processing: gpu: backend {backend} keeps its buffers on the host; GPU "
-                      f"processing needs one of {', '.join(gpu_backends())}")
-
-
 class GpuProcessor(Processor):
     """Detect objects with preprocessing, inference and filtering on the GPU, ``runtime.slots`` frames at once.
 
@@ -284,7 +271,7 @@ class GpuProcessor(Processor):
     def __init__(self, config: PipelineConfig, backend: str = "onnxruntime-cuda", *, gpu_decode: bool = True,
                  candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
-        from edgert.backends import SessionOptions, open_session
+        from edgert.backends import SessionOptions
 
         # address -> (bytes, device address when mapped) of the frame buffers handed out (read by the slots)
         self.frame_buffers: dict[int, tuple[int, int]] = {}
@@ -298,32 +285,19 @@ class GpuProcessor(Processor):
         self.candidates = candidates
         self.cuda_graph = bool(config.runtime.cuda_graph)
         wanted = slots_wanted(config, "gpu")
-        model = config.model.path
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
-        first = _gpu_session(open_session(model, backend, sess_opts), backend)
+        ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
+        first = ready.session
         opened: list[Any] = [first]
         try:
-            spec = image_input(first)
-            self.preprocessor = Preprocessor(config.preprocess, spec, first.metadata)
+            self.preprocessor = ready.preprocessor
             self.batch = batch
-            want = self.preprocessor.input_shape if batch == 1 else (batch, *self.preprocessor.sample_shape)
-            if tuple(first.inputs[spec.name].shape) != want:
-                shapes = {spec.name: want}
-                first.close()
-                opened.clear()
-                sess_opts = SessionOptions(threads=config.model.threads, device=device, shapes=shapes,
-                                           cuda_graph=self.cuda_graph)
-                first = _gpu_session(open_session(model, backend, sess_opts), backend)
-                opened.append(first)
-            if first.inputs[spec.name].shape[0] != batch:
-                shape = list(first.inputs[spec.name].shape)
-                raise ModelError(f"GPU processing of {batch} frame(s) per call cannot use the model input {shape}")
             self.backend_name = first.backend_name
-            self.input_name = spec.name
-            self.input_shape = tuple(first.inputs[spec.name].shape)
+            self.input_name = ready.input_name
+            self.input_shape = tuple(first.inputs[self.input_name].shape)
             self.input_dtype = str(self.preprocessor.input_dtype)
-            self.output_specs = sample_output_specs(first)
-            probe = make_decoder(config.decode, self.output_specs, first.metadata)
+            self.output_specs = ready.output_specs
+            probe = ready.decoder
             self.decoder_kind = probe.kind
             self.names = tuple(probe.names)
             self.output_name = getattr(probe, "output", "") or first.output_specs[0].name
@@ -332,7 +306,7 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
-            self.device: Any = first.device
+            self.device: Any = ready.device
             with self.device.active():
                 self.traits = device_traits(self.device)
             self.memory_mode = choose_memory_mode(config.runtime.memory or "auto", self.traits["integrated"],

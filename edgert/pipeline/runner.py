@@ -50,9 +50,9 @@ import numpy as np
 from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.pipeline.observer import PipelineObserver
-from edgert.pipeline.stats import STAGES, PipelineStats
+from edgert.stats import STAGES, PipelineStats
 
-__all__ = ["Pipeline", "run_pipeline"]
+__all__ = ["Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,8 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
+        from edgert.pipeline.choice import open_processor
         from edgert.pipeline.hooks import RunHooks
-        from edgert.pipeline.processors import open_processor
 
         started = time.perf_counter()
         if self._processor is None and self._detector is None and not self.config.model.path:
@@ -798,8 +798,3 @@ class Pipeline:
 
 def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1] or "model"
-
-
-def run_pipeline(config: PipelineConfig, **kwargs: Any) -> dict[str, Any]:
-    """``Pipeline(config, **kwargs).run()``."""
-    return Pipeline(config, **kwargs).run()

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def batch_cache_dir() -> Path:
     """``$EDGERT_CACHE_DIR/batch`` (or ``$XDG_CACHE_HOME/edgert/batch``, ``~/.cache/edgert/batch``).
 
-    The same root as the engine and timing caches (edgert.build.timing_cache), read here without
+    The same root as the engine and timing caches (edgert.builder.timing_cache), read here without
     importing the builder.
     """
     env = os.environ.get("EDGERT_CACHE_DIR")

@@ -42,13 +42,13 @@ class SinkKind:
 
 
 def _web_preview(uri: str, title: str) -> Sink:
-    from edgert.vision.web.server import WebPreviewSink
+    from edgert.vision.sinks.web.server import WebPreviewSink
 
     return WebPreviewSink.from_uri(uri, title)
 
 
 def _mqtt(uri: str, title: str) -> Sink:
-    from edgert.vision.sink_mqtt import MqttSink
+    from edgert.vision.sinks.mqtt import MqttSink
 
     return MqttSink.from_uri(uri)
 

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgert._lazy import is_importable
-from edgert.build.engine_file import read_engine_file
+from edgert.engine.file import read_engine_file
 from tests.build.test_engine_files import ultralytics_engine
 from tests.helpers import assert_one_line_error, run_cli, tiny_model
 

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.build.onnx_info import ShapeProfile, check_profiles, inspect_onnx, parse_shapes
+from edgert.builder.onnx_info import ShapeProfile, check_profiles, inspect_onnx, parse_shapes
 from edgert.errors import ConfigError, ModelError
 from tests.helpers import tiny_model
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from edgert.build.engine_cache import EngineRecord, cached_engine_matches, now_iso, read_sidecar, write_sidecar
-from edgert.build.engine_file import write_atomic
-from edgert.build.onnx_info import OnnxInfo, ShapeProfile, check_profiles, file_sha256, inspect_onnx
-from edgert.build.progress import BuildProgress
-from edgert.build.target import CPU_BUILD, TargetInfo, import_tensorrt, target_info
-from edgert.build.timing_cache import TimingCache, default_cache_dir, timing_cache_path
-from edgert.build.trt_logger import make_logger
+from edgert.builder.onnx_info import OnnxInfo, ShapeProfile, check_profiles, file_sha256, inspect_onnx
+from edgert.builder.progress import BuildProgress
+from edgert.builder.target import CPU_BUILD, TargetInfo, import_tensorrt, target_info
+from edgert.builder.timing_cache import TimingCache, default_cache_dir, timing_cache_path
+from edgert.engine.file import write_atomic
+from edgert.engine.sidecar import EngineRecord, cached_engine_matches, now_iso, read_sidecar, write_sidecar
+from edgert.engine.trt_logger import make_logger
 from edgert.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
