@@ -43,6 +43,7 @@ from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
 from edgert.errors import BackendError, InputError, ModelError, reraise_as
 from edgert.onnx_file import read_onnx
+from edgert.search_rules import at_least_one, length_penalty_problem, patience_problem, temperatures_problem
 from edgert.speech.decoder_split import add_last_logits, split_decoder
 from edgert.speech.decoding import Decoded, beam_search, decode_with_fallback, greedy, log_softmax, rank, sample
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
@@ -353,16 +354,13 @@ class Transcriber:
                       temperatures: tuple[float, ...], best_of: int) -> None:
         if decoding not in ("greedy", "beam"):
             raise InputError(f"decoding must be greedy or beam, got {decoding!r}")
-        if beam_size < 1 or best_of < 1:
-            raise InputError(f"beam_size and best_of must be >= 1, got {beam_size} and {best_of}")
-        if patience is not None and round(beam_size * patience) < 1:
-            raise InputError(f"patience {patience} keeps no candidate with beam_size {beam_size}")
-        if length_penalty is not None and not 0.0 <= length_penalty <= 1.0:
-            raise InputError(f"length_penalty (alpha) must be 0..1, got {length_penalty}")
-        if not temperatures or any(t < 0 for t in temperatures):
-            raise InputError(f"temperatures must be one or more values >= 0, got {list(temperatures)}")
-        if decoding == "beam" and temperatures[0] != 0:
-            raise InputError("beam search runs at temperature 0: temperatures must start with 0")
+        problems = [("beam_size", at_least_one(beam_size)), ("best_of", at_least_one(best_of)),
+                    ("patience", patience_problem(patience, beam_size)),
+                    ("length_penalty", length_penalty_problem(length_penalty)),
+                    ("temperatures", temperatures_problem(temperatures, decoding == "beam"))]
+        for name, problem in problems:
+            if problem is not None:
+                raise InputError(f"{name}: {problem}")
 
     def _check_encoder(self, path: Path) -> None:
         specs = self.encoder.input_specs
