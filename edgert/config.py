@@ -15,13 +15,15 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Literal, Optional, Tuple, TypeVar, Union
-
-import yaml
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple, TypeVar, Union
 
 from edgert.coco import COCO_NAMES
 from edgert.decoder_kinds import decode_kinds
 from edgert.errors import ConfigError
+from edgert.search_rules import at_least_one, length_penalty_problem, patience_problem, temperatures_problem
+
+if TYPE_CHECKING:
+    import yaml  # imported where a file is loaded: ``import edgert`` needs numpy alone
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -71,6 +73,12 @@ class FieldError(ValueError):
 def _check(cond: bool, field_name: str, message: str) -> None:
     if not cond:
         raise FieldError(field_name, message)
+
+
+def _rule(problem: str | None, field_name: str) -> None:
+    """A rule kept in another home (:mod:`edgert.search_rules`): its problem, if any, names the key."""
+    if problem is not None:
+        raise FieldError(field_name, problem)
 
 
 #: The largest image side preprocessing accepts (a 8192 x 8192 float32 NCHW input is 805 MB).
@@ -283,24 +291,18 @@ class AsrConfig:
                    f"expected 0..1, got {self.no_speech_threshold}")
         beam = self.decoding == "beam"
         t = self.temperatures
-        _check(len(t) >= 1 and all(x >= 0 for x in t) and all(a < b for a, b in zip(t, t[1:])), "temperatures",
-               f"expected rising temperatures >= 0, such as [0.0, 0.2, 0.4], got {list(t)}")
-        _check(not beam or t[0] == 0.0, "temperatures",
-               f"beam search runs at temperature 0: start with 0.0, got {list(t)}")
+        _rule(temperatures_problem(t, beam), "temperatures")
         sampled = any(x > 0 for x in t)
         for name in ("beam_size", "patience"):
             _check(getattr(self, name) is None or beam, name, "applies to decoding: beam only (decoding is greedy)")
-        _check(self.beam_size is None or self.beam_size >= 1, "beam_size", f"expected >= 1, got {self.beam_size}")
-        if self.patience is not None:
-            _check(self.patience > 0 and round((self.beam_size or 5) * self.patience) >= 1, "patience",
-                   f"expected > 0 keeping at least one candidate, got {self.patience}")
+        _rule(None if self.beam_size is None else at_least_one(self.beam_size), "beam_size")
+        _rule(patience_problem(self.patience, self.beam_size), "patience")
         _check(self.best_of is None or sampled, "best_of",
                "applies to sampling only: add a temperature above 0 to temperatures")
-        _check(self.best_of is None or self.best_of >= 1, "best_of", f"expected >= 1, got {self.best_of}")
+        _rule(None if self.best_of is None else at_least_one(self.best_of), "best_of")
         _check(self.length_penalty is None or beam or sampled, "length_penalty",
                "ranks beams or samples: it needs decoding: beam or a temperature above 0")
-        if self.length_penalty is not None:
-            _check(0.0 <= self.length_penalty <= 1.0, "length_penalty", f"expected 0..1, got {self.length_penalty}")
+        _rule(length_penalty_problem(self.length_penalty), "length_penalty")
         _check(self.compression_ratio_threshold is None or len(t) > 1, "compression_ratio_threshold",
                "decides the temperature fallback: it needs more than one temperature")
         if self.compression_ratio_threshold is not None:
@@ -492,6 +494,8 @@ MAX_CONFIG_NODES = 100_000
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], filename: str) -> int:
     """Nodes under ``node`` with every alias expanded, counted without expanding (each node once)."""
+    import yaml
+
     known = memo.get(id(node))
     if known is not None:
         return known
@@ -519,6 +523,8 @@ def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ..
 
     Bounded by :func:`_expanded_size` having run first; ``active`` stops a recursive alias.
     """
+    import yaml
+
     if id(node) in active:
         return
     active.add(id(node))
@@ -573,6 +579,8 @@ def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
     Bounded: files over :data:`MAX_CONFIG_BYTES` and documents over :data:`MAX_CONFIG_NODES` values (aliases
     expanded) are refused before anything walks them; a key given twice in one mapping is an error.
     """
+    import yaml
+
     p = Path(path)
     text = _read_config_text(p)
     # Compose once, check the node tree, then construct from the same tree (no second parse).

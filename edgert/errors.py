@@ -7,6 +7,8 @@ edgert and keeps its traceback.
 
 from __future__ import annotations
 
+from types import TracebackType
+
 __all__ = [
     "Aborted",
     "BackendError",
@@ -24,6 +26,9 @@ __all__ = [
     "ServiceError",
     "SinkError",
     "SourceError",
+    "first_line",
+    "last_line",
+    "reraise_as",
 ]
 
 
@@ -109,3 +114,32 @@ def last_line(exc: BaseException | str, fallback: str | None = None) -> str:
     if lines:
         return lines[-1].strip()
     return fallback if fallback is not None else (exc if isinstance(exc, str) else type(exc).__name__)
+
+
+class _Reraise:
+    """The context manager :func:`reraise_as` returns."""
+
+    __slots__ = ("catch", "cls", "what")
+
+    def __init__(self, cls: type[EdgertError], what: str, catch: tuple[type[BaseException], ...]) -> None:
+        self.cls, self.what, self.catch = cls, what, catch
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # Returns None (never swallows): nothing raised, one of ours, or another kind propagate unchanged.
+        if exc is None or isinstance(exc, EdgertError) or not isinstance(exc, self.catch):
+            return
+        raise self.cls(f"{self.what}: {first_line(exc)}") from exc
+
+
+def reraise_as(cls: type[EdgertError], what: str,
+               catch: tuple[type[BaseException], ...] = (Exception,)) -> _Reraise:
+    """A ``with`` block whose framework errors become ``cls("WHAT: first line of the message")``, chained.
+
+    ``with reraise_as(BackendError, "ONNX Runtime failed"): sess.run(...)``. edgert's own errors pass
+    through unchanged; ``catch`` narrows what is turned (default: every :class:`Exception`).
+    """
+    return _Reraise(cls, what, catch)

@@ -173,7 +173,7 @@ def rtx_build(path: Path) -> dict[str, Any]:
 DATA_CHILD = r"""
 import json, sys
 import numpy as np, onnx
-from edgert.build.onnx_info import inspect_onnx
+from edgert.builder.onnx_info import inspect_onnx
 from edgert.calib.dataset import CalibrationImages
 from edgert.config import PipelineConfig
 from edgert.types import TensorSpec

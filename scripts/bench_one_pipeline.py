@@ -51,7 +51,7 @@ def compute_only(model: Path, iterations: int = 400, rounds: int = 3) -> dict[st
 
     from edgert.backends import SessionOptions, open_session
     from edgert.config import PreprocessConfig
-    from edgert.vision.detector import image_input
+    from edgert.vision.opened import image_input
     from edgert.vision.preprocess import Preprocessor
 
     cap = cv2.VideoCapture(str(assets_dir() / "video" / "vtest.avi"))

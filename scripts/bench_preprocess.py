@@ -29,8 +29,9 @@ from _bench import ROOT, assets_dir, machine_info
 from edgert.config import DecodeConfig, PreprocessConfig
 from edgert.types import TensorSpec
 from edgert.vision.decoders import make_decoder
-from edgert.vision.detector import Detector, concrete_output_specs
+from edgert.vision.detector import Detector
 from edgert.vision.nms import nms_indices_numpy, nms_indices_opencv
+from edgert.vision.opened import concrete_output_specs
 from edgert.vision.preprocess import Preprocessor
 
 

@@ -46,7 +46,9 @@ def test_every_module_imports_without_optional_packages() -> None:
 
 
 def test_import_edgert_loads_no_framework() -> None:
-    code = "import sys, edgert; print(sorted(m for m in ('onnxruntime','cv2','torch','pycuda') if m in sys.modules))"
+    # numpy alone: not even PyYAML or onnx, which the config loader and the model readers import when used
+    code = ("import sys, edgert; print(sorted(m for m in ('onnxruntime','cv2','torch','pycuda','yaml','onnx') "
+            "if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 

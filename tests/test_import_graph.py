@@ -22,13 +22,13 @@ PACKAGE = ROOT / "edgert"
 LAYERS: list[tuple[str, ...]] = [
     # foundation: no edgert imports beyond each other (errors at the very bottom)
     ("errors", "_version", "_lazy", "types", "config", "decoder_kinds", "coco", "atomic_file", "output_lock",
-     "http_limits", "_package_data", "stats", "redact"),
+     "http_limits", "_package_data", "stats", "redact", "onnx_file", "search_rules"),
     # what machine this is; what build time and run time share about an engine file
     ("platform", "engine"),
     # inference sessions, power meters, ONNX rewriting
     ("backends", "power", "rewrite"),
     # the model-specific parts; the engine builder (build time, beside the runtime parts, never below them)
-    ("vision", "speech", "build"),
+    ("vision", "speech", "builder"),
     # what runs on detections (tracking, lines, zones); systemd, sd_notify and the metrics exporter, which
     # the pipeline's hooks call
     ("analytics", "service"),
@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
 
 #: The runtime path: it must never load the engine builder.
 RUNTIME = ("backends", "pipeline", "vision")
-BUILDER = "edgert.build.builder"
+BUILDER = "edgert.builder.engine_builder"
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -299,9 +299,12 @@ def test_a_new_backend_runs_the_pipeline_and_says_whether_it_builds(model: Path)
     assert not backends.builds_engines("counting")
     assert backends.builds_engines("engine-double") and backends.builds_engines("tensorrt")
     assert "engine-double" in backends.engine_builders() and "counting" not in backends.engine_builders()
-    from edgert.build.target import build_modules
+    from edgert.builder.target import build_modules
 
     assert build_modules()["engine-double"] == "edgert_no_such_builder"
+    # GPU sessions are the backend's own word, not a list of names: a host-buffer double is not one of them
+    assert "counting" not in backends.gpu_backends() and "onnxruntime" not in backends.gpu_backends()
+    assert {"tensorrt", "tensorrt-rtx", "onnxruntime-cuda"} <= set(backends.gpu_backends())
     register_source(SourceKind("count", "count://N", scheme("count://"), counting_source))
     before = CountingBackend.opened
     config = PipelineConfig(model=ModelConfig(path=str(model), backend="counting"),

@@ -25,6 +25,7 @@ __all__ = [
     "choose_backend",
     "engine_builders",
     "get_backend",
+    "gpu_backends",
     "open_session",
 ]
 
@@ -67,6 +68,11 @@ def builds_engines(name: str) -> bool:
 def engine_builders() -> tuple[str, ...]:
     """The backends ``edgert build`` builds for, in :func:`backend_names` order."""
     return tuple(name for name in backend_names() if builds_engines(name))
+
+
+def gpu_backends() -> tuple[str, ...]:
+    """The backends whose sessions run on a CUDA device (the GPU processor's), in :func:`backend_names` order."""
+    return tuple(name for name in backend_names() if backend_class(name).gpu_sessions)
 
 
 def _load(name: str) -> Backend:

@@ -34,7 +34,6 @@ class SessionOptions:
     threads: int = 0  # CPU threads for the backend's own pool; 0: its default
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # concrete shapes for dynamic inputs
     device: int = 0  # GPU ordinal where it applies
-    precision: str = "fp32"
     cuda_graph: bool = False  # capture the model's launches once and replay them (backends that can)
     # Let the backend's CPU worker threads spin-wait between operators. Off: on a few shared cores (a Jetson,
     # a 2-core box) spinning burns the cycles that capture, preprocessing and NMS need. Measured on the 2-core
@@ -143,6 +142,9 @@ class Backend(abc.ABC):
     #: present (TensorRT-RTX does, so ``edgert build --backend auto`` takes it on a CPU-only machine).
     build_module: str = ""
     builds_without_gpu: bool = False
+    #: True: this backend's sessions are :class:`~edgert.backends.gpu_session.GpuSession` (buffers on a CUDA
+    #: device, one stream), so the GPU processor can feed them.
+    gpu_sessions: bool = False
 
     @abc.abstractmethod
     def probe(self) -> BackendProbe:

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgert._lazy import lazy_import
 from edgert.backends.base import Backend, BackendProbe, Session, SessionOptions
-from edgert.errors import BackendError, BackendUnavailable, ModelError, first_line
+from edgert.errors import BackendError, BackendUnavailable, ModelError, first_line, reraise_as
 from edgert.types import TensorSpec
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_dtype"]
@@ -121,10 +121,8 @@ class OnnxRuntimeSession(Session):
                 self._io.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
 
     def _run_plain(self) -> list[np.ndarray]:
-        try:
+        with reraise_as(BackendError, "ONNX Runtime failed"):
             return list(self._sess.run(None, self.inputs))
-        except Exception as exc:
-            raise BackendError(f"ONNX Runtime failed: {first_line(exc)}") from exc
 
     def _infer_impl(self) -> None:
         try:

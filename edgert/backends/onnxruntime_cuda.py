@@ -17,7 +17,7 @@ from edgert._lazy import is_importable, lazy_import
 from edgert.backends.base import Backend, BackendProbe, SessionOptions
 from edgert.backends.gpu_session import GpuSession
 from edgert.backends.onnxruntime import _spec, load_ort_session
-from edgert.errors import BackendError, BackendUnavailable, first_line
+from edgert.errors import BackendError, BackendUnavailable, first_line, reraise_as
 from edgert.platform import gpu_present
 
 __all__ = ["OnnxRuntimeCudaBackend", "OnnxRuntimeCudaSession"]
@@ -81,11 +81,8 @@ class OnnxRuntimeCudaSession(GpuSession):
         import numpy as np
 
         feed = {s.name: np.zeros(input_shapes[s.name], s.dtype) for s in self.input_specs}
-        with self.device.active():
-            try:
-                values = self._sess.run(None, feed)
-            except Exception as exc:
-                raise BackendError(f"ONNX Runtime failed: {first_line(exc)}") from exc
+        with self.device.active(), reraise_as(BackendError, "ONNX Runtime failed"):
+            values = self._sess.run(None, feed)
         return {s.name: tuple(v.shape) for s, v in zip(self.output_specs, values)}
 
     def _enqueue(self) -> None:
@@ -103,6 +100,7 @@ class OnnxRuntimeCudaSession(GpuSession):
 
 class OnnxRuntimeCudaBackend(Backend):
     name = "onnxruntime-cuda"
+    gpu_sessions = True
 
     def probe(self) -> BackendProbe:
         present, why = gpu_present()

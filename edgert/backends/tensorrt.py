@@ -178,6 +178,7 @@ def _json(value: Any) -> str:
 
 class _TensorRTFamily(Backend):
     module = "tensorrt"
+    gpu_sessions = True
 
     def _trt(self) -> ModuleType:
         return lazy_import(self.module, f"the {self.name} backend")

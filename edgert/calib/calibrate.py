@@ -32,7 +32,7 @@ from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
-from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
+from edgert.calib.summary import format_table, peak_rss_mb, tensor_rows, write_report
 from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError

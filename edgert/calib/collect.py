@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from edgert._lazy import lazy_import
 from edgert.calib.histograms import DEFAULT_BINS, TensorHistogram
-from edgert.errors import CalibrationError, ModelError
+from edgert.errors import CalibrationError, ModelError, reraise_as
 
 __all__ = ["ActivationCollector", "tensor_bytes"]
 
@@ -102,12 +102,9 @@ class ActivationCollector:
                 if name not in outputs and name != self.input_name:
                     m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
             fetch = [n for n in chunk if n != self.input_name]
-            try:
+            with reraise_as(ModelError, "ONNX Runtime cannot load the model for calibration"):
                 sess = ort.InferenceSession(m.SerializeToString(), sess_options=so,
                                             providers=["CPUExecutionProvider"])
-            except Exception as exc:  # onnxruntime's pybind exceptions
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ModelError(f"ONNX Runtime cannot load the model for calibration: {first}") from exc
             del m
             self._sessions.append((sess, fetch, self.input_name in chunk))
 
@@ -118,11 +115,8 @@ class ActivationCollector:
                 self.histograms[self.input_name].update(feed)
             if not fetch:
                 continue
-            try:
+            with reraise_as(CalibrationError, "ONNX Runtime failed on a calibration sample"):
                 values = sess.run(fetch, {self.input_name: feed})
-            except Exception as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise CalibrationError(f"ONNX Runtime failed on a calibration sample: {first}") from exc
             for name, value in zip(fetch, values):
                 self.histograms[name].update(value)
             del values

@@ -47,7 +47,7 @@ from edgert._lazy import lazy_import
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import GraphPlan, QuantTarget, prepare_model, weighted_inputs, write_qdq
-from edgert.calib.report import peak_rss_mb, tensor_rows, write_report
+from edgert.calib.summary import peak_rss_mb, tensor_rows, write_report
 from edgert.errors import CalibrationError
 from edgert.rewrite.graph import activation_graph, reads_softmax
 

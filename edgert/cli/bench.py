@@ -181,10 +181,10 @@ def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[s
 
     if not builds_engines(backend) or model.suffix.lower() != ".onnx":
         return model, None
-    from edgert.build import parse_shapes
-    from edgert.build.builder import BuildOptions, build_engine
-    from edgert.build.onnx_info import file_sha256
-    from edgert.build.timing_cache import default_cache_dir
+    from edgert.builder import parse_shapes
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.builder.onnx_info import file_sha256
+    from edgert.builder.timing_cache import default_cache_dir
 
     # Engines for benchmarking go to the cache, not beside the model (which may be read-only or shared).
     out = default_cache_dir() / "engines" / f"{model.stem}-{file_sha256(model)[:12]}.{backend}.{precision}.engine"
@@ -194,7 +194,7 @@ def _model_for_backend(model: Path, backend: str, precision: str, shapes: list[s
 
 
 def _run_shapes(shapes: list[str]) -> dict[str, tuple[int, ...]]:
-    from edgert.build.onnx_info import parse_shapes
+    from edgert.builder.onnx_info import parse_shapes
 
     return {p.name: p.opt for p in parse_shapes(shapes)}
 
@@ -205,7 +205,7 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str,
 
     be = get_backend(backend)
     path, built = _model_for_backend(Path(args.model), be.name, precision, args.shapes)
-    options = SessionOptions(threads=args.threads, shapes=_run_shapes(args.shapes), precision=precision)
+    options = SessionOptions(threads=args.threads, shapes=_run_shapes(args.shapes))
     with be.open(path, options) as session:
         res = bench_session(session, args.iterations, args.warmup, args.duration,
                             args.power_hz if args.power else None, trace)
@@ -217,11 +217,11 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str,
 
 def _batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
     """The inputs with a dynamic first dimension and their other dims (from the model, or --shapes OPT)."""
-    import onnx
 
     from edgert.errors import ConfigError
+    from edgert.onnx_file import read_onnx
 
-    graph = onnx.load(str(model), load_external_data=False).graph
+    graph = read_onnx(model, weights=False).graph
     inits = {t.name for t in graph.initializer}
     given = _run_shapes(shapes) if shapes else {}
     out: dict[str, tuple[int, ...]] = {}
@@ -267,7 +267,7 @@ def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any
         result["engine"] = {"path": str(path), "build": built}
     for b in batches:
         shapes = {n: (b, *r) for n, r in rest.items()}
-        options = SessionOptions(threads=args.threads, shapes=shapes, precision=args.precision)
+        options = SessionOptions(threads=args.threads, shapes=shapes)
         with be.open(path, options) as session:
             res = bench_session(session, args.iterations, args.warmup, args.duration,
                                 args.power_hz if args.power else None)

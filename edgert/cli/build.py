@@ -64,8 +64,8 @@ def pick_build_backend(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgert.build import parse_shapes
-    from edgert.build.builder import BuildOptions, build_engine
+    from edgert.builder import parse_shapes
+    from edgert.builder.engine_builder import BuildOptions, build_engine
 
     options = BuildOptions(
         backend=pick_build_backend(args.backend),

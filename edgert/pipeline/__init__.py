@@ -11,7 +11,7 @@ is the same for both.
 from __future__ import annotations
 
 from edgert.pipeline.observer import BaseObserver, PipelineObserver
-from edgert.pipeline.runner import Pipeline, run_pipeline
-from edgert.pipeline.stats import STAGES, PipelineStats
+from edgert.pipeline.runner import Pipeline
+from edgert.stats import STAGES, PipelineStats
 
-__all__ = ["STAGES", "BaseObserver", "Pipeline", "PipelineObserver", "PipelineStats", "run_pipeline"]
+__all__ = ["STAGES", "BaseObserver", "Pipeline", "PipelineObserver", "PipelineStats"]

@@ -26,7 +26,7 @@ import numpy as np
 from edgert.config import PipelineConfig
 from edgert.errors import BackendError
 from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
-from edgert.pipeline.stats import STAGES
+from edgert.stats import STAGES
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import Preprocessor
@@ -86,7 +86,8 @@ class CpuProcessor(Processor):
 
     def __init__(self, config: PipelineConfig, backend: str, detector: Any = None, batch: int = 1) -> None:
         super().__init__()
-        from edgert.vision.detector import Detector, fill_other_inputs
+        from edgert.vision.detector import Detector
+        from edgert.vision.opened import fill_other_inputs
 
         wanted = slots_wanted(config, "cpu")
         self._owns_detector = detector is None

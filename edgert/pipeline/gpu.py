@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import BackendError, ConfigError, ModelError
+from edgert.errors import BackendError, ConfigError
 from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
-from edgert.pipeline.stats import STAGES, LatencyRing, merged_quantiles_ms
+from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
-from edgert.vision.detector import fill_other_inputs, image_input, sample_output_specs
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, finish_candidates
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
-from edgert.vision.preprocess import LetterboxTransform, Preprocessor, check_frame
+from edgert.vision.opened import fill_other_inputs, open_model
+from edgert.vision.preprocess import LetterboxTransform, check_frame
 
 __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memory_mode"]
 
@@ -273,7 +273,7 @@ class GpuProcessor(Processor):
     def __init__(self, config: PipelineConfig, backend: str = "onnxruntime-cuda", *, gpu_decode: bool = True,
                  candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
-        from edgert.backends import SessionOptions, open_session
+        from edgert.backends import SessionOptions
 
         # address -> (bytes, device address when mapped) of the frame buffers handed out (read by the slots)
         self.frame_buffers: dict[int, tuple[int, int]] = {}
@@ -288,35 +288,19 @@ class GpuProcessor(Processor):
         self.candidates = candidates
         self.cuda_graph = bool(config.runtime.cuda_graph)
         wanted = slots_wanted(config, "gpu")
-        model = config.model.path
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
-        first = open_session(model, backend, sess_opts)
+        ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
+        first = ready.session
         opened: list[Any] = [first]
         try:
-            if not hasattr(first, "device_inputs") or not hasattr(first, "compute_only"):
-                raise ConfigError(f"runtime.processing: gpu: backend {backend} keeps its buffers on the host; GPU "
-                                  f"processing needs one of tensorrt, tensorrt-rtx, onnxruntime-cuda")
-            spec = image_input(first)
-            self.preprocessor = Preprocessor(config.preprocess, spec, first.metadata)
+            self.preprocessor = ready.preprocessor
             self.batch = batch
-            want = self.preprocessor.input_shape if batch == 1 else (batch, *self.preprocessor.sample_shape)
-            if tuple(first.inputs[spec.name].shape) != want:
-                shapes = {spec.name: want}
-                first.close()
-                opened.clear()
-                sess_opts = SessionOptions(threads=config.model.threads, device=device, shapes=shapes,
-                                           cuda_graph=self.cuda_graph)
-                first = open_session(model, backend, sess_opts)
-                opened.append(first)
-            if first.inputs[spec.name].shape[0] != batch:
-                shape = list(first.inputs[spec.name].shape)
-                raise ModelError(f"GPU processing of {batch} frame(s) per call cannot use the model input {shape}")
             self.backend_name = first.backend_name
-            self.input_name = spec.name
-            self.input_shape = tuple(first.inputs[spec.name].shape)
+            self.input_name = ready.input_name
+            self.input_shape = tuple(first.inputs[self.input_name].shape)
             self.input_dtype = str(self.preprocessor.input_dtype)
-            self.output_specs = sample_output_specs(first)
-            probe = make_decoder(config.decode, self.output_specs, first.metadata)
+            self.output_specs = ready.output_specs
+            probe = ready.decoder
             self.decoder_kind = probe.kind
             self.names = tuple(probe.names)
             self.output_name = getattr(probe, "output", "") or first.output_specs[0].name
@@ -325,7 +309,7 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
-            self.device: Any = getattr(first, "device")  # noqa: B009 - GPU sessions only (checked above)
+            self.device: Any = ready.device
             with self.device.active():
                 self.traits = device_traits(self.device)
             self.memory_mode = choose_memory_mode(config.runtime.memory or "auto", self.traits["integrated"],

@@ -31,27 +31,16 @@ from typing import Any
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError
 from edgert.vision.detections import Detections
 
 __all__ = [
-    "GPU_BACKENDS",
-    "GPU_ONLY_KEYS",
     "Processor",
     "ProcessorSlot",
-    "batched_model",
     "default_slots",
-    "resolve_processing",
     "slots_wanted",
 ]
 
 log = logging.getLogger(__name__)
-
-#: Backends whose sessions run on a CUDA device (and so can feed the GPU processor).
-GPU_BACKENDS: tuple[str, ...] = ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda")
-
-#: runtime keys that only the GPU processor reads, with the flag that sets each.
-GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-graph"}
 
 
 class ProcessorSlot(abc.ABC):
@@ -61,7 +50,7 @@ class ProcessorSlot(abc.ABC):
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
         """Detections of each of ``frames`` (at most the processor's ``batch``), in order; writes the seconds
         spent into each frame's ``timings`` at the preprocess/infer/postprocess positions of
-        :data:`~edgert.pipeline.stats.STAGES` (the engine call's time goes to every frame of the batch)."""
+        :data:`~edgert.stats.STAGES` (the engine call's time goes to every frame of the batch)."""
 
     def active(self) -> contextlib.AbstractContextManager[Any]:
         """The context the slot's thread runs in (the CUDA context push on the GPU)."""
@@ -135,86 +124,6 @@ def default_slots(kind: str) -> int:
     if kind == "gpu":
         return 3
     return 2 if (os.cpu_count() or 1) >= 2 else 1
-
-
-def _gpu_usable(backend: str) -> tuple[bool, str]:
-    if backend not in GPU_BACKENDS:
-        return False, f"backend {backend} runs on the CPU (GPU processing needs one of {', '.join(GPU_BACKENDS)})"
-    from edgert.backends import get_backend
-
-    try:
-        get_backend(backend)
-    except ConfigError:
-        raise
-    except Exception as exc:  # BackendUnavailable and friends: say why, in one line
-        return False, str(exc)
-    from edgert.backends.cuda import check_available
-
-    try:
-        check_available()
-    except Exception as exc:
-        return False, str(exc)
-    return True, f"backend {backend} runs on the GPU"
-
-
-def resolve_processing(config: PipelineConfig) -> tuple[str, str, str]:
-    """(backend, processing, why) for ``config``: the backend ``auto`` picks, and ``cpu`` or ``gpu``.
-
-    Raises :class:`ConfigError` for ``processing: gpu`` where no GPU can be used, and for GPU-only keys
-    (``runtime.memory``, ``runtime.cuda_graph``) on a run that uses the CPU processor.
-    """
-    from edgert.backends import choose_backend
-
-    backend = config.model.backend
-    probes_note = ""
-    if backend == "auto":
-        backend, probes = choose_backend()
-        passed = [f"{p.name}: {p.reason}" for p in probes if not p.available and p.name in GPU_BACKENDS]
-        probes_note = f" ({'; '.join(passed)})" if passed else ""
-    requested = config.runtime.processing
-    if requested == "cpu":
-        processing, why = "cpu", "runtime.processing: cpu"
-    else:
-        ok, why = _gpu_usable(backend)
-        if requested == "gpu" and not ok:
-            raise ConfigError(f"runtime.processing: gpu: no usable GPU: {why}{probes_note}")
-        processing = "gpu" if ok else "cpu"
-    if processing == "cpu":
-        for key, flag in GPU_ONLY_KEYS.items():
-            if getattr(config.runtime, key) is not None:
-                raise ConfigError(f"runtime.{key} ({flag}) applies to GPU processing only; this run uses the CPU "
-                                  f"processor: {why}. Note: drop it, or set runtime.processing: gpu")
-    return backend, processing, why
-
-
-def batched_model(path: str, batch: int) -> tuple[str, int, str | None]:
-    """(model path, batch, note): the model to open for ``batch`` frames per call.
-
-    A model with a dynamic batch dimension (or an engine, whose optimisation profile decides) is used as it
-    is; an ONNX model fixed at batch 1 is rewritten (checked, cached: :mod:`edgert.rewrite.batch`) or, where
-    that cannot be done, runs at batch 1 and the note says why.
-    """
-    if batch <= 1 or not path.lower().endswith(".onnx"):
-        return path, batch, None
-    import onnx
-
-    graph = onnx.load(path, load_external_data=False).graph
-    initializers = {t.name for t in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
-    dims = [i.type.tensor_type.shape.dim for i in inputs]
-    if all(d and (d[0].dim_param or d[0].dim_value <= 0) for d in dims):
-        return path, batch, None  # already dynamic
-    if all(d and d[0].dim_value == batch for d in dims):
-        return path, batch, None
-    from edgert.errors import ModelError
-    from edgert.rewrite.batch import batched_model_path
-
-    try:
-        return str(batched_model_path(path)), batch, None
-    except ModelError as exc:
-        note = f"{exc}; sources run in rotation without batching"
-        log.warning("%s", note)
-        return path, 1, note
 
 
 def slots_wanted(config: PipelineConfig, kind: str) -> int:

@@ -55,10 +55,10 @@ import numpy as np
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.observer import PipelineObserver
-from edgert.pipeline.stats import STAGES, PipelineStats
 from edgert.redact import redact
+from edgert.stats import STAGES, PipelineStats
 
-__all__ = ["Pipeline", "run_pipeline"]
+__all__ = ["Pipeline"]
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class Pipeline:
 
     def _run(self, started: float) -> dict[str, Any]:
         from edgert.pipeline.hooks import RunHooks
-        from edgert.pipeline.processors import open_processor
+        from edgert.pipeline.choice import open_processor
         from edgert.pipeline.startup import close_order, enter_sources
         from edgert.speech.stages import SPEECH_TASKS
 
@@ -396,21 +396,17 @@ class Pipeline:
         """Every sink checked, locked and bound before any truncates its file (a run that cannot start leaves
         existing outputs alone), then opened; a sink failing mid-run stops the run with its error."""
         from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
+        from edgert.vision.sinks.plan import sink_plan
 
         feeds = self._feeds
         several = len(feeds) > 1
-        from edgert.pipeline.startup import open_feeds, source_sink_spec
+        from edgert.pipeline.startup import open_feeds
 
         live = open_feeds(feeds)  # a source that did not open gets no sinks: its outputs are left alone
-        plan: list[tuple[Any, _Feed | None]] = []  # (spec, the feed it is for; None: shared)
-        for spec in self._sink_specs:
-            if isinstance(spec, str) and "{source}" in spec:
-                plan += [(source_sink_spec(spec, feed.name), feed) for feed in live]
-            else:
-                plan.append((spec, None))
-        for feed in live:
-            if feed.config is not None:
-                plan += [(spec, feed) for spec in feed.config.sinks]
+        own = [feed.config.sinks if feed.config is not None else () for feed in live]
+        names = [feed.name for feed in live]
+        plan: list[tuple[Any, _Feed | None]] = [  # (spec, the feed it is for; None: shared)
+            (spec, None if i is None else live[i]) for spec, i in sink_plan(self._sink_specs, names, own)]
         prepared: list[tuple[Any, _Feed | None]] = []
         try:
             for spec, owner in plan:
@@ -985,8 +981,3 @@ class Pipeline:
 
 def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1] or "model"
-
-
-def run_pipeline(config: PipelineConfig, **kwargs: Any) -> dict[str, Any]:
-    """``Pipeline(config, **kwargs).run()``."""
-    return Pipeline(config, **kwargs).run()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from edgert.errors import ConfigError, EdgertError, SourceError
+from edgert.errors import EdgertError, SourceError
 from edgert.redact import redact
 
-__all__ = ["close_order", "enter_sources", "open_feeds", "source_sink_spec"]
+__all__ = ["close_order", "enter_sources", "open_feeds"]
 
 log = logging.getLogger("edgert.pipeline.runner")
 
@@ -53,19 +52,6 @@ def enter_sources(feeds: Sequence[Any], stack: contextlib.ExitStack, stopped: An
 def open_feeds(feeds: Sequence[Any]) -> list[Any]:
     """The feeds whose source opened (all of them when none was marked)."""
     return [feed for feed in feeds if feed.opened]
-
-
-# A name that fills {source} in a sink's path or URI: a file name, never a path, a query or a fragment.
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
-
-
-def source_sink_spec(spec: str, name: str) -> str:
-    """``spec`` with ``{source}`` replaced by ``name``, refusing a name that would leave the sink's folder
-    (``/``, ``..``, an absolute path) or change its options (``?``, ``#``)."""
-    if not _SAFE_NAME.fullmatch(name) or ".." in name:
-        raise ConfigError(f"source name {name!r} cannot fill {{source}} in {redact(spec)}: use 1 to 64 letters, "
-                          "digits, '_', '-' and '.' (no '/', '..', '?', '#' or blanks)")
-    return spec.replace("{source}", name)
 
 
 def close_order(workers: Sequence[Any]) -> list[Any]:

@@ -18,14 +18,13 @@ from edgert.errors import ConfigError
 from edgert.power.budget import BudgetController, budget_admission
 from edgert.power.clock import Clock, ScaledClock
 from edgert.power.meter import PowerMeter, PowerReading
-from edgert.power.meters import METER_KINDS, METERS, MeterKind, meter_kinds, open_meter, register_meter
+from edgert.power.meters import METERS, MeterKind, meter_kinds, open_meter, register_meter
 from edgert.power.null import NullMeter
 from edgert.power.sampler import PowerSampler, Sample
 from edgert.power.simulated import SimulatedBoard
 
 __all__ = [
     "METERS",
-    "METER_KINDS",
     "BudgetController",
     "Clock",
     "MeterKind",

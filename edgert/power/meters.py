@@ -11,7 +11,7 @@ from edgert.power.clock import Clock
 from edgert.power.meter import PowerMeter
 from edgert.power.null import NullMeter
 
-__all__ = ["METERS", "METER_KINDS", "MeterKind", "meter_kinds", "open_meter", "register_meter"]
+__all__ = ["METERS", "MeterKind", "meter_kinds", "open_meter", "register_meter"]
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,6 @@ METERS: list[MeterKind] = [
     MeterKind("nvml", "edgert.power.nvml:NvmlMeter", auto_needs_gpu=True),
     MeterKind("rapl", "edgert.power.rapl:RaplMeter"),
 ]
-
-#: names ``open_meter`` accepts, in the order "auto" tries them (the built-in rows of :data:`METERS`)
-METER_KINDS: tuple[str, ...] = tuple(kind.name for kind in METERS)
 
 
 def meter_kinds() -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from onnx import TensorProto, numpy_helper
 from edgert._lazy import lazy_import
 from edgert.atomic_file import atomic_path
 from edgert.errors import ModelError
+from edgert.onnx_file import read_onnx
 from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
 __all__ = [
@@ -344,12 +345,7 @@ def convert_file(src: str | Path, dst: str | Path, keep_tail: bool = True,
                  fp32_nodes: Collection[str] = ()) -> dict[str, Any]:
     """Convert the ONNX file ``src`` to FP16 at ``dst``; returns what :meth:`Fp16Result.summary` says."""
     src, dst = Path(src), Path(dst)
-    if not src.is_file():
-        raise ModelError(f"{src}: model file not found")
-    try:
-        model = onnx.load(str(src))
-    except Exception as exc:  # protobuf DecodeError and friends
-        raise ModelError(f"{src}: not a readable ONNX model ({type(exc).__name__})") from exc
+    model = read_onnx(src)
     result = to_fp16(model, src.name, keep_tail=keep_tail, fp32_nodes=fp32_nodes)
     try:
         onnx.checker.check_model(result.model)

@@ -13,16 +13,20 @@ import glob
 import logging
 import os
 import re
-import shlex
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgert._package_data import read_text
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
 from edgert.redact import has_literal_secret, redact
+from edgert.vision.uri import ARGUS, NETWORK
+
+if TYPE_CHECKING:
+    from edgert.vision.sinks.registry import SinkKind
 
 __all__ = [
     "DEFAULT_DEVICE_ALLOW",
@@ -35,6 +39,7 @@ __all__ = [
     "hidden_paths",
     "output_paths",
     "render_unit",
+    "source_needs",
     "template_text",
     "unit_name",
 ]
@@ -110,34 +115,42 @@ class UnitOptions:
 # What the pipeline implies
 
 
-def source_kind(uri: str) -> str:
-    """``csi``, ``network``, ``camera`` (V4L2) or ``file`` for a source URI (see edgert.vision.sources)."""
-    lower = uri.strip().lower()
-    if lower.startswith("csi://") or (lower.startswith("gst://") and "nvarguscamerasrc" in lower):
-        return "csi"
-    network_elements = ("rtspsrc", "souphttpsrc", "udpsrc", "tcpclientsrc")
-    if lower.startswith(("rtsp://", "rtsps://", "http://", "https://")) or (
-            lower.startswith("gst://") and any(e in lower for e in network_elements)):
-        return "network"
-    if lower.startswith(("v4l2://", "/dev/video")) or lower.isdigit() or "v4l2src" in lower:
-        return "camera"
-    return "file"
+def source_needs(config: PipelineConfig) -> set[str]:
+    """What every source of ``config`` needs from the machine, as their rows say (argus, network)."""
+    from edgert.vision.sources import source_kind
+
+    uris = [src.uri.strip() for src in config.all_sources() if src.uri.strip()]
+    return {need for uri in uris for need in source_kind(uri).needs(uri)}
 
 
-def _sink_path(uri: str) -> str | None:
-    """The file a sink URI writes, when it writes one (``jsonl://PATH``, ``out.mp4``, ``file://x.avi``)."""
-    text = uri.strip()
-    if text.startswith("jsonl://"):
-        path = text[len("jsonl://"):]
-        return None if path in ("", "-") else path
-    if text.startswith(("display://", "http://", "https://", "rtsp://", "mqtt://", "mqtts://")):
-        return None
-    return text[len("file://"):] if text.startswith("file://") else text
+def _source_paths(config: PipelineConfig) -> list[tuple[str, str, str]]:
+    """``(key, uri, path)`` for each local path the sources read, as their rows say."""
+    from edgert.vision.sources import source_kind
+
+    out = []
+    for i, src in enumerate(config.all_sources()):
+        uri = src.uri.strip()
+        path = source_kind(uri).reads(uri) if uri else None
+        if path:
+            out.append(("source.uri" if not config.sources else f"sources[{i}].uri", uri, path))
+    return out
+
+
+def _sink_rows(config: PipelineConfig) -> list[tuple[str, SinkKind]]:
+    """Every sink URI of a run of ``config`` (shared and per source, ``{source}`` expanded) with its row."""
+    from edgert.errors import SinkError
+    from edgert.vision.sinks.plan import config_sinks
+    from edgert.vision.sinks.registry import sink_kind
+
+    try:
+        return [(uri.strip(), sink_kind(uri)) for uri in config_sinks(config)]
+    except SinkError as exc:
+        raise ServiceError(f"sinks: {exc}") from None
 
 
 def _publishes(config: PipelineConfig) -> bool:
     """Whether a sink sends to another machine (RTSP server, MQTT broker): the unit then waits for the network."""
-    return any(s.strip().startswith(("rtsp://", "mqtt://", "mqtts://")) for s in config.sinks)
+    return any(row.remote for _, row in _sink_rows(config))
 
 
 def check_service_sources(config: PipelineConfig) -> None:
@@ -151,24 +164,22 @@ def check_service_sources(config: PipelineConfig) -> None:
 
 
 def check_service_sinks(config: PipelineConfig) -> None:
-    """Sinks that can be judged before the service starts: an MQTT URI is parsed now (topic, options, and
-    no credentials: a unit's config is readable, the broker's password belongs in the EnvironmentFile)."""
-    for spec in config.sinks:
-        if spec.strip().startswith(("mqtt://", "mqtts://")):
-            from edgert.errors import SinkError
-            from edgert.vision.sink_mqtt import MqttSink
+    """Sinks that can be judged before the service starts, as their rows say (an MQTT URI: topic, options,
+    and no credentials)."""
+    from edgert.errors import SinkError
 
-            try:
-                MqttSink.from_uri(spec.strip())
-            except SinkError as exc:
-                raise ServiceError(f"sinks: {exc}") from None
+    for uri, row in _sink_rows(config):
+        try:
+            row.check(uri)
+        except SinkError as exc:
+            raise ServiceError(f"sinks: {exc}") from None
 
 
 def output_paths(config: PipelineConfig) -> list[str]:
     """Absolute folders the pipeline writes (sink outputs, a configured engine cache)."""
     out: list[str] = []
-    for spec in config.sinks:
-        target = _sink_path(spec)
+    for uri, row in _sink_rows(config):
+        target = row.writes(uri)
         if target is None:
             continue
         p = Path(target)
@@ -186,10 +197,9 @@ def check_service_paths(config: PipelineConfig, name: str) -> None:
         raise ServiceError(f"model.path {config.model.path!r} is relative: {where}")
     if config.model.engine_cache and not os.path.isabs(config.model.engine_cache):
         raise ServiceError(f"model.engine_cache {config.model.engine_cache!r} is relative: {where}")
-    uri = config.source.uri.strip()
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
-    if source_kind(uri) == "file" and "://" not in path and path and not os.path.isabs(path):
-        raise ServiceError(f"source.uri {uri!r} is relative: {where}")
+    for key, uri, path in _source_paths(config):
+        if not os.path.isabs(path):
+            raise ServiceError(f"{key} {uri!r} is relative: {where}")
 
 
 def _under_home(paths: Iterable[str]) -> bool:
@@ -229,10 +239,8 @@ def hidden_paths(config: PipelineConfig, opts: UnitOptions) -> list[str]:
     """
     unit_values = _hardening(config, opts)
     model = config.model.path or None
-    uri = config.source.uri.strip()
-    source = uri[len("file://"):] if uri.startswith("file://") else uri
-    candidates = [("config", opts.config_path), ("model", model),
-                  ("source", source if source_kind(uri) == "file" and os.path.isabs(source) else None),
+    sources = [("source", path) for _, _, path in _source_paths(config) if os.path.isabs(path)]
+    candidates = [("config", opts.config_path), ("model", model), *sources,
                   ("edgert executable", opts.edgert), ("Python interpreter", _interpreter(opts.edgert))]
     seen: set[str] = set()
     notes: list[str] = []
@@ -351,7 +359,7 @@ def _hardening(config: PipelineConfig, opts: UnitOptions) -> dict[str, str]:
         # except for listed outputs.
         "PROTECT_HOME": "read-only" if _under_home(reads) else "yes",
         # libargus talks to nvargus-daemon through /tmp/argus_socket: a private /tmp would hide it.
-        "PRIVATE_TMP": "no" if source_kind(config.source.uri) == "csi" else "yes",
+        "PRIVATE_TMP": "no" if ARGUS in source_needs(config) else "yes",
     }
 
 
@@ -367,13 +375,13 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     check_service_sinks(config)
     check_service_sources(config)
     model = Path(config.model.path) if config.model.path else None
-    kind = source_kind(config.source.uri)
+    needs = source_needs(config)
 
     ordering: list[str] = []
-    if kind == "csi":
+    if ARGUS in needs:
         # libargus (nvarguscamerasrc) asks nvargus-daemon for frames
         ordering += ["After=nvargus-daemon.service", "Wants=nvargus-daemon.service"]
-    if kind == "network" or _publishes(config):
+    if NETWORK in needs or _publishes(config):
         ordering += ["After=network-online.target", "Wants=network-online.target"]
 
     writes = [*output_paths(config), *opts.extra_read_write]
@@ -393,7 +401,8 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         exec_start += ["--metrics", opts.metrics]
     env_file = opts.env_file or f"/etc/edgert/{opts.name}.env"
 
-    summary = redact(f"{model.name if model else 'no model'} on {config.source.uri or 'no source'}")
+    uris = [src.uri for src in config.all_sources() if src.uri]
+    summary = redact(f"{model.name if model else 'no model'} on {', '.join(uris) or 'no source'}")
     values = {
         "HEADER": f"Rendered by `edgert service install` for {opts.config_path}. Edit that config, "
                   "then install again.",
@@ -444,6 +453,3 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         raise ServiceError(f"unit template has unknown placeholders {sorted(set(leftover))}")  # an edgert bug
     return re.sub(r"\n{3,}", "\n\n", text)
 
-
-def shell_join(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

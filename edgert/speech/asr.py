@@ -41,7 +41,9 @@ import onnx
 from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
 from edgert.backends.onnxruntime import load_ort_session
-from edgert.errors import BackendError, InputError, ModelError
+from edgert.errors import BackendError, InputError, ModelError, reraise_as
+from edgert.onnx_file import read_onnx
+from edgert.search_rules import at_least_one, length_penalty_problem, patience_problem, temperatures_problem
 from edgert.speech.decoder_split import add_last_logits, split_decoder
 from edgert.speech.decoding import (
     Decoded,
@@ -113,10 +115,8 @@ def _ort_from_proto(model: onnx.ModelProto, what: str, threads: int) -> Any:
     if threads:
         so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    try:
+    with reraise_as(ModelError, f"{what}: ONNX Runtime cannot load it"):  # onnxruntime's pybind11 exceptions
         return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's pybind11 exception types
-        raise ModelError(f"{what}: ONNX Runtime cannot load it: {str(exc).strip().splitlines()[0]}") from exc
 
 
 class _ExactOrtDecoder:
@@ -127,10 +127,7 @@ class _ExactOrtDecoder:
     """
 
     def __init__(self, path: Path, threads: int) -> None:
-        try:
-            model = onnx.load(str(path))
-        except Exception as exc:  # protobuf DecodeError and friends
-            raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+        model = read_onnx(path)
         inits = {i.name for i in model.graph.initializer}
         _check_decoder_inputs(path, [i.name for i in model.graph.input if i.name not in inits])
         split = split_decoder(model)
@@ -170,18 +167,14 @@ class _ExactOrtDecoder:
         if self._cross is None:
             self._feed = {"encoder_out": encoder_out}
             return
-        try:
+        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
             values = self._cross.run(self._hoisted, {"encoder_out": encoder_out})
-        except Exception as exc:  # onnxruntime's pybind11 exception types
-            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         self._feed = dict(zip(self._hoisted, values))
         self._tiled = {}
 
     def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
-        try:
+        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
             out: np.ndarray = self._step.run([output or self._out], {"tokens": tokens, **feed})[0]
-        except Exception as exc:  # onnxruntime's pybind11 exception types
-            raise BackendError(f"Whisper decoder failed: {str(exc).strip().splitlines()[0]}") from exc
         return out
 
     def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
@@ -337,10 +330,8 @@ class Transcriber:
             raise InputError(f"max_tokens must be 1..{_BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
         self._check_search(decoding, beam_size, patience, length_penalty, tuple(temperatures), best_of)
         tokenizers = lazy_import("tokenizers", "Whisper's tokenizer")
-        try:
+        with reraise_as(ModelError, f"{tok_path}: cannot read the tokenizer"):  # a plain Exception from Rust
             self.tokenizer = tokenizers.Tokenizer.from_file(str(tok_path))
-        except Exception as exc:  # tokenizers raises a plain Exception subclass from Rust
-            raise ModelError(f"{tok_path}: cannot read the tokenizer: {str(exc).splitlines()[0]}") from exc
         self.max_tokens = max_tokens
         self.no_speech_threshold = no_speech_threshold  # None: never drop a window as silence
         self.logprob_threshold = logprob_threshold
@@ -383,16 +374,13 @@ class Transcriber:
                       temperatures: tuple[float, ...], best_of: int) -> None:
         if decoding not in ("greedy", "beam"):
             raise InputError(f"decoding must be greedy or beam, got {decoding!r}")
-        if beam_size < 1 or best_of < 1:
-            raise InputError(f"beam_size and best_of must be >= 1, got {beam_size} and {best_of}")
-        if patience is not None and round(beam_size * patience) < 1:
-            raise InputError(f"patience {patience} keeps no candidate with beam_size {beam_size}")
-        if length_penalty is not None and not 0.0 <= length_penalty <= 1.0:
-            raise InputError(f"length_penalty (alpha) must be 0..1, got {length_penalty}")
-        if not temperatures or any(t < 0 for t in temperatures):
-            raise InputError(f"temperatures must be one or more values >= 0, got {list(temperatures)}")
-        if decoding == "beam" and temperatures[0] != 0:
-            raise InputError("beam search runs at temperature 0: temperatures must start with 0")
+        problems = [("beam_size", at_least_one(beam_size)), ("best_of", at_least_one(best_of)),
+                    ("patience", patience_problem(patience, beam_size)),
+                    ("length_penalty", length_penalty_problem(length_penalty)),
+                    ("temperatures", temperatures_problem(temperatures, decoding == "beam"))]
+        for name, problem in problems:
+            if problem is not None:
+                raise InputError(f"{name}: {problem}")
 
     def _check_encoder(self, path: Path) -> None:
         specs = self.encoder.input_specs

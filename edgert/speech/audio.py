@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from edgert._lazy import lazy_import
-from edgert.errors import BackendUnavailable, EdgertError, SourceError
+from edgert.errors import BackendUnavailable, EdgertError, SourceError, first_line
 
 __all__ = [
     "AUDIO_SUFFIXES",
@@ -146,8 +146,7 @@ def _open_checked(path: str | Path) -> tuple[Path, Any]:
 
 
 def _read_error(p: Path, exc: Exception) -> SourceError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return SourceError(f"{p}: cannot read audio: {first}")
+    return SourceError(f"{p}: cannot read audio: {first_line(exc)}")
 
 
 def read_audio(path: str | Path) -> np.ndarray:
@@ -342,7 +341,7 @@ class MicSource(AudioSource):
         try:
             sd = lazy_import("sounddevice", "microphone capture")
         except (BackendUnavailable, OSError) as exc:  # OSError: the PortAudio library itself is missing
-            raise _NoSoundDevice(f"sounddevice unavailable ({str(exc).splitlines()[0]})") from None
+            raise _NoSoundDevice(f"sounddevice unavailable ({first_line(exc)})") from None
 
         def callback(indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
             if status.input_overflow:  # the device's own buffer overflowed before we saw it
@@ -355,7 +354,7 @@ class MicSource(AudioSource):
                                           callback=callback)
             self._stream.start()
         except (sd.PortAudioError, ValueError) as exc:  # no such device, or it refuses 16 kHz mono
-            raise _NoSoundDevice(f"sounddevice cannot open it ({str(exc).splitlines()[0]})") from None
+            raise _NoSoundDevice(f"sounddevice cannot open it ({first_line(exc)})") from None
 
     def _open_arecord(self, device: int | str, sd_error: str) -> None:
         exe = shutil.which("arecord")

@@ -22,6 +22,8 @@ from typing import Callable  # the alias below is evaluated at run time: collect
 
 import numpy as np
 
+from edgert.search_rules import at_least_one, patience_problem
+
 __all__ = [
     "FALLBACK_TEMPERATURES",
     "Candidate",
@@ -111,11 +113,10 @@ def beam_search(step: Step, initial: Sequence[int], eot: int, max_tokens: int, b
     ``beam_size`` as cut candidates. The reference starts from ``beam_size`` copies of the start tokens,
     whose candidates coincide; one copy gives the same candidates with one row instead of five.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    problem = at_least_one(beam_size) or patience_problem(patience, beam_size)
+    if problem is not None:
+        raise ValueError(f"beam search: {problem}")
     max_candidates = round(beam_size * (patience or 1.0))
-    if max_candidates < 1:
-        raise ValueError(f"beam_size {beam_size} with patience {patience} keeps no candidate")
     start = len(initial)
     live: list[tuple[tuple[int, ...], float]] = [(tuple(initial), 0.0)]
     finished: dict[tuple[int, ...], float] = {}

@@ -30,6 +30,7 @@ from onnx import TensorProto, numpy_helper
 
 from edgert.atomic_file import atomic_path
 from edgert.errors import ModelError
+from edgert.onnx_file import read_onnx
 from edgert.speech.asr import whisper_files
 
 __all__ = [
@@ -57,10 +58,7 @@ def is_whisper_folder(path: str | Path) -> bool:
 
 
 def load_onnx(path: Path) -> onnx.ModelProto:
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:  # protobuf DecodeError and friends
-        raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+    return read_onnx(path)
 
 
 def save_onnx(model: onnx.ModelProto, path: Path) -> None:

@@ -119,12 +119,9 @@ class WakeWord:
 
     @staticmethod
     def _first_input(path: Path) -> str:
-        import onnx  # the ONNX package is a core dependency; reading the graph is cheap
+        from edgert.onnx_file import read_onnx  # reading the graph without its weights is cheap
 
-        try:
-            graph = onnx.load(str(path), load_external_data=False).graph
-        except Exception as exc:  # onnx raises DecodeError and friends
-            raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from exc
+        graph = read_onnx(path, weights=False).graph
         inits = {i.name for i in graph.initializer}
         names = [i.name for i in graph.input if i.name not in inits]
         if not names:

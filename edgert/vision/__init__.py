@@ -5,7 +5,7 @@ Importing this package needs numpy alone; OpenCV is imported when a frame is fir
 
 from __future__ import annotations
 
-from edgert.vision.coco import COCO_NAMES
+from edgert.coco import COCO_NAMES
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.detector import Detector

@@ -51,7 +51,7 @@ from edgert.config import SourceConfig
 from edgert.errors import SourceError, last_line
 from edgert.redact import expand_env, redact
 from edgert.vision.audio_sources import AUDIO_ROWS
-from edgert.vision.uri import file_path_text, insert_row, scheme
+from edgert.vision.uri import ARGUS, NETWORK, always, file_path_text, insert_row, local_file, no_needs, nothing, scheme
 
 __all__ = [
     "FILE_TIMEOUT_S",
@@ -74,6 +74,7 @@ __all__ = [
     "register_source",
     "rtsp_pipeline",
     "source_help",
+    "source_kind",
     "time_base",
 ]
 
@@ -938,26 +939,42 @@ def _video(uri: str, config: SourceConfig) -> FrameSource:
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of source: ``accepts(uri)`` says whether a (stripped) URI is of this kind, ``make(uri, config)``
-    builds the source (not opened), ``example`` is how a user writes it."""
+    builds the source (not opened), ``example`` is how a user writes it.
+
+    The facts other rooms ask about (the service unit, docs) without parsing a URI themselves: ``needs(uri)``
+    what the source needs from the machine (:data:`~edgert.vision.uri.ARGUS`,
+    :data:`~edgert.vision.uri.NETWORK`), ``reads(uri)`` the local path it reads, if any."""
 
     name: str
     example: str
     accepts: Callable[[str], bool]
     make: Callable[[str, SourceConfig], FrameSource]
+    needs: Callable[[str], tuple[str, ...]] = no_needs
+    reads: Callable[[str], str | None] = nothing
+
+
+_NETWORK_ELEMENTS = ("rtspsrc", "souphttpsrc", "udpsrc", "tcpclientsrc")
+
+
+def _gst_needs(uri: str) -> tuple[str, ...]:
+    """What a hand-written GStreamer pipeline needs, read from the elements it names."""
+    text = uri.lower()
+    needs = (ARGUS,) if "nvarguscamerasrc" in text else ()
+    return needs + ((NETWORK,) if any(e in text for e in _NETWORK_ELEMENTS) else ())
 
 
 #: Every source kind, in the order URIs are matched: schemes first, then cameras, images, and last a video
 #: file (which takes any other path). To add a source: a :class:`FrameSource` and one row here (before
 #: ``video``, or through :func:`register_source`).
 SOURCES: list[SourceKind] = [
-    SourceKind("csi", "csi://N", scheme("csi://"), _csi),
-    SourceKind("gstreamer", "gst://... ! appsink", scheme("gst://"), _gstreamer),
-    SourceKind("rtsp", "rtsp://...", scheme("rtsp://", "rtsps://"), _rtsp),
-    SourceKind("stream", "http://...", scheme("http://", "https://"), _stream),
+    SourceKind("csi", "csi://N", scheme("csi://"), _csi, needs=always(ARGUS)),
+    SourceKind("gstreamer", "gst://... ! appsink", scheme("gst://"), _gstreamer, needs=_gst_needs),
+    SourceKind("rtsp", "rtsp://...", scheme("rtsp://", "rtsps://"), _rtsp, needs=always(NETWORK)),
+    SourceKind("stream", "http://...", scheme("http://", "https://"), _stream, needs=always(NETWORK)),
     SourceKind("v4l2", "/dev/videoN (or N, v4l2://DEVICE)", _is_camera, _v4l2),
     *(SourceKind(*row) for row in AUDIO_ROWS),  # speech tasks' sources (edgert.vision.audio_sources)
-    SourceKind("images", "an image, a folder of images, a glob", _is_images, _images),
-    SourceKind("video", "a video file", lambda uri: True, _video),
+    SourceKind("images", "an image, a folder of images, a glob", _is_images, _images, reads=local_file),
+    SourceKind("video", "a video file", lambda uri: True, _video, reads=local_file),
 ]
 
 
@@ -978,7 +995,7 @@ def open_source(source: SourceConfig | str) -> FrameSource:
     if not uri:
         raise SourceError("no source given. Note: pass --source URI (a video, image, folder, /dev/videoN, csi://N, "
                           "rtsp://...)")
-    row = next(row for row in SOURCES if row.accepts(uri))
+    row = source_kind(uri)
     if row.name == "video":
         _refuse_unknown_scheme(uri)
     if "://" not in uri or uri.startswith("file://"):
@@ -1006,6 +1023,12 @@ def _refuse_unknown_scheme(uri: str) -> None:
     name = match.group(1).lower()
     hint = _OTHER_SCHEMES.get(name, f"sources are {source_help()}")
     raise SourceError(f"{redact(uri)}: {name}:// sources are not supported. Note: {hint}")
+
+
+def source_kind(uri: str) -> SourceKind:
+    """The row of :data:`SOURCES` a URI is read by (the last row takes any path)."""
+    text = uri.strip()
+    return next(row for row in SOURCES if row.accepts(text))
 
 
 def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:

@@ -153,8 +153,8 @@ def test_good_analytics_config(tmp_path: Path) -> None:
 
 def test_counts_as_prometheus_metrics_labelled_by_line_zone_and_class() -> None:
     parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client is in the test extra")
-    from edgert.pipeline.stats import PipelineStats
     from edgert.service.metrics import render_metrics
+    from edgert.stats import PipelineStats
 
     zone = ZoneConfig(name="bay", polygon=((0.0, 0.0), (100.0, 0.0), (100.0, 200.0), (0.0, 200.0)))
     analytics = Analytics(AnalyticsConfig(lines=(LINE,), zones=(zone,)))

@@ -29,7 +29,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_data_is_edgerts_draw_through_its_preprocessor(bench: ModuleType, tmp_path: Path) -> None:
     import cv2
 
-    from edgert.build.onnx_info import inspect_onnx
+    from edgert.builder.onnx_info import inspect_onnx
     from edgert.config import PipelineConfig
     from edgert.types import TensorSpec
     from edgert.vision.preprocess import Preprocessor

@@ -26,7 +26,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("memory", ["pinned", "zero-copy"])
 def test_process_capture_on_the_gpu_gives_the_in_process_detections(assets: Path, tmp_path: Path,
                                                                      memory: str) -> None:
-    from edgert.pipeline.processors import open_processor
+    from edgert.pipeline.choice import open_processor
 
     video = str(assets / "video" / "vtest.avi")
     runs = {}

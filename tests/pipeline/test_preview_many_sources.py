@@ -21,7 +21,7 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.pipeline import Pipeline
-from edgert.vision.web.server import WebPreviewSink
+from edgert.vision.sinks.web.server import WebPreviewSink
 from tests.pipeline.media import make_video, tiny_detector
 from tests.vision.chromium import Browser, find_chromium
 

@@ -15,7 +15,7 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
 from edgert.errors import ConfigError
-from edgert.pipeline.processor import resolve_processing
+from edgert.pipeline.choice import resolve_processing
 from edgert.platform import gpu_present
 from tests.pipeline.media import make_video, tiny_detector
 

@@ -13,8 +13,8 @@ import pytest
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import SourceError
 from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, PipelineStats
-from edgert.pipeline.processors import open_processor
-from edgert.pipeline.stats import LatencyRing
+from edgert.pipeline.choice import open_processor
+from edgert.stats import LatencyRing
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from edgert.vision.sources import open_source
 from tests.pipeline.media import VanishingCamera, make_video, tiny_detector

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from edgert.pipeline.stats import STAGES, PipelineStats
 from edgert.report.series import SeriesRecorder
+from edgert.stats import STAGES, PipelineStats
 
 
 class Clock:

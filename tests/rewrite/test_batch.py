@@ -207,7 +207,7 @@ def test_rewrite_stays_off_the_builder() -> None:
     import sys
 
     code = ("import sys, edgert.rewrite.batch; "
-            "print(sorted(m for m in sys.modules if m.startswith(('edgert.build', 'onnxruntime', 'tensorrt'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('edgert.builder', 'onnxruntime', 'tensorrt'))))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"

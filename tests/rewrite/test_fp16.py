@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgert._lazy import is_importable
 from edgert.errors import ModelError
-from tests.build.test_onnx_info import qdq_model
+from tests.builder.test_onnx_info import qdq_model
 from tests.helpers import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.skipif(not is_importable("onnxconverter_common"),

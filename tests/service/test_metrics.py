@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edgert.errors import ConfigError, ServiceError
-from edgert.pipeline.stats import STAGES, PipelineStats
 from edgert.service.metrics import MetricsObserver, MetricsServer, parse_listen
+from edgert.stats import STAGES, PipelineStats
 
 parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client is in the test extra")
 

@@ -17,7 +17,7 @@ from edgert.service.unit import (
     UnitOptions,
     discover_device_allow,
     render_unit,
-    source_kind,
+    source_needs,
     template_text,
 )
 
@@ -145,14 +145,14 @@ def test_the_rendered_unit_is_what_systemd_would_reject_when_broken(tmp_path: Pa
         verify(unit)
 
 
-@pytest.mark.parametrize(("uri", "kind"), [
-    ("csi://0", "csi"), ("gst://nvarguscamerasrc ! appsink", "csi"), ("rtsp://h/s", "network"),
-    ("https://h/s.m3u8", "network"), ("gst://rtspsrc location=rtsp://h ! appsink", "network"),
-    ("v4l2:///dev/video1", "camera"), ("/dev/video0", "camera"), ("0", "camera"), ("in/*.jpg", "file"),
-    ("clip.mp4", "file"),
+@pytest.mark.parametrize(("uri", "needs"), [
+    ("csi://0", {"argus"}), ("gst://nvarguscamerasrc ! appsink", {"argus"}), ("rtsp://h/s", {"network"}),
+    ("https://h/s.m3u8", {"network"}), ("gst://rtspsrc location=rtsp://h ! appsink", {"network"}),
+    ("v4l2:///dev/video1", set()), ("/dev/video0", set()), ("0", set()), ("in/*.jpg", set()),
+    ("clip.mp4", set()),
 ])
-def test_source_kinds(uri: str, kind: str) -> None:
-    assert source_kind(uri) == kind
+def test_source_rows_say_what_each_source_needs(uri: str, needs: set[str]) -> None:
+    assert source_needs(_config(source={"uri": uri})) == needs
 
 
 def test_speech_pipelines_get_the_watchdog_they_feed(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 
-from edgert.pipeline.stats import STAGES, PipelineStats
 from edgert.service.notify import Notifier
 from edgert.service.watchdog import SystemdObserver, status_line
+from edgert.stats import STAGES, PipelineStats
 from tests.service.conftest import NotifyReceiver
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgert.coco import COCO_NAMES
 from edgert.config import DecodeConfig
 from edgert.errors import InputError, ModelError
 from edgert.types import TensorSpec
-from edgert.vision.coco import COCO_NAMES
 from edgert.vision.decoders import make_decoder, parse_names
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform

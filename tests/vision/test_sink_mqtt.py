@@ -25,8 +25,8 @@ import pytest
 
 from edgert.errors import SinkError
 from edgert.vision.detections import Detections
-from edgert.vision.sink_mqtt import MqttSink
 from edgert.vision.sinks import FrameResult, SinkWorker, StreamInfo, open_sink
+from edgert.vision.sinks.mqtt import MqttSink
 from tests.helpers import assert_one_line_error, run_cli
 
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed (pip install 'edgert[mqtt]')")

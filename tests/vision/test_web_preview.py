@@ -18,7 +18,7 @@ from edgert.errors import SinkError
 from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
 from edgert.vision.detections import Detections
 from edgert.vision.sinks import FrameResult, StreamInfo
-from edgert.vision.web.server import WebPreviewSink
+from edgert.vision.sinks.web.server import WebPreviewSink
 from tests.pipeline.media import make_video, tiny_detector
 from tests.vision.chromium import Browser, find_chromium
 

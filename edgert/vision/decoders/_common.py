@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from edgert.coco import COCO_NAMES
 from edgert.config import DecodeConfig
 from edgert.decoder_kinds import DECODERS
 from edgert.errors import ModelError
 from edgert.types import Dim, TensorSpec
-from edgert.vision.coco import COCO_NAMES
 from edgert.vision.detections import Detections
 from edgert.vision.nms import nms_batched
 from edgert.vision.preprocess import LetterboxTransform

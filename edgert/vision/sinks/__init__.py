@@ -20,7 +20,7 @@ URIs: ``jsonl://events.jsonl``, ``jsonl://-`` (stdout), ``out.mp4`` / ``out.avi`
 ``frames/?every=10`` every tenth), ``display://0`` (an OpenCV window), ``http://127.0.0.1:8080`` (web
 preview: MJPEG stream + live stats; give another host such as 0.0.0.0 to serve beyond this machine),
 ``rtsp://server:8554/edgert`` (publish through GStreamer's rtspclientsink to an RTSP server such as mediamtx),
-``mqtt://broker:1883/topic`` and ``mqtts://`` (publish JSON to an MQTT broker: :mod:`edgert.vision.sink_mqtt`).
+``mqtt://broker:1883/topic`` and ``mqtts://`` (publish JSON to an MQTT broker: :mod:`edgert.vision.sinks.mqtt`).
 
 The sink kinds and how their URIs look are one table, :data:`edgert.vision.sinks.registry.SINKS`;
 each kind is its own module here beside :mod:`~edgert.vision.sinks.base`.

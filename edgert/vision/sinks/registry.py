@@ -17,45 +17,64 @@ from edgert.errors import SinkError
 from edgert.vision.sinks import display, image, jsonl, rtsp, video
 from edgert.vision.sinks.base import FrameResult, Sink, release_sinks
 from edgert.vision.sinks.callback import CallbackSink
-from edgert.vision.uri import insert_row, scheme
+from edgert.vision.uri import insert_row, local_file, nothing, scheme
 
-__all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "sink_help"]
-
+__all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "sink_help", "sink_kind"]
 
 
 @dataclass(frozen=True)
 class SinkKind:
     """One kind of sink: ``accepts(uri)`` says whether a (stripped) URI is of this kind, ``make(uri, title)``
-    builds the sink (not prepared), ``example`` is how a user writes it (help text and errors)."""
+    builds the sink (not prepared), ``example`` is how a user writes it (help text and errors).
+
+    The facts other rooms ask about (the service unit, docs) without parsing a URI themselves: ``writes(uri)``
+    the local file or folder the sink writes, if any; ``remote``, whether it publishes to another machine (the
+    service then waits for the network); ``check(uri)``, what can be judged of a URI before the service starts
+    (raises :class:`~edgert.errors.SinkError`)."""
 
     name: str
     example: str
     accepts: Callable[[str], bool]
     make: Callable[[str, str], Sink]
+    writes: Callable[[str], str | None] = nothing
+    remote: bool = False
+    check: Callable[[str], None] = nothing
 
 
 def _web_preview(uri: str, title: str) -> Sink:
-    from edgert.vision.web.server import WebPreviewSink
+    from edgert.vision.sinks.web.server import WebPreviewSink
 
     return WebPreviewSink.from_uri(uri, title)
 
 
 def _mqtt(uri: str, title: str) -> Sink:
-    from edgert.vision.sink_mqtt import MqttSink
+    from edgert.vision.sinks.mqtt import MqttSink
 
     return MqttSink.from_uri(uri)
 
 
+def _check_mqtt(uri: str) -> None:
+    """Topic and options parsed, and no credentials: a unit's config is readable, the broker's password
+    belongs in the service's EnvironmentFile."""
+    _mqtt(uri, "edgert")
+
+
+def _jsonl_path(uri: str) -> str | None:
+    path = uri[len("jsonl://"):]
+    return None if path in ("", "-") else path
+
+
 #: Every sink kind, in the order URIs are matched.
 SINKS: list[SinkKind] = [
-    SinkKind("jsonl", "jsonl://PATH, jsonl://-", scheme("jsonl://"), jsonl.from_uri),
+    SinkKind("jsonl", "jsonl://PATH, jsonl://-", scheme("jsonl://"), jsonl.from_uri, writes=_jsonl_path),
     SinkKind("display", "display://0", scheme("display://"), display.from_uri),
     SinkKind("web", "http://127.0.0.1:8080", scheme("http://", "https://"), _web_preview),
-    SinkKind("rtsp", "rtsp://...", scheme("rtsp://"), rtsp.from_uri),
-    SinkKind("mqtt", "mqtt://HOST:PORT/TOPIC, mqtts://...", scheme("mqtt://", "mqtts://"), _mqtt),
-    SinkKind("folder", "a folder ending in / (?every=N)", image.is_folder, image.folder_from_uri),
-    SinkKind("image", "out.jpg (or .png)", image.is_image_file, image.file_from_uri),
-    SinkKind("video", "out.mp4 (H.264; or .webm/.avi/.mkv/.mov)", video.is_video_file, video.from_uri),
+    SinkKind("rtsp", "rtsp://...", scheme("rtsp://"), rtsp.from_uri, remote=True),
+    SinkKind("mqtt", "mqtt://HOST:PORT/TOPIC, mqtts://...", scheme("mqtt://", "mqtts://"), _mqtt, remote=True,
+             check=_check_mqtt),
+    SinkKind("folder", "a folder ending in / (?every=N)", image.is_folder, image.folder_from_uri, writes=local_file),
+    SinkKind("image", "out.jpg (or .png)", image.is_image_file, image.file_from_uri, writes=local_file),
+    SinkKind("video", "out.mp4 (H.264; or .webm/.avi/.mkv/.mov)", video.is_video_file, video.from_uri, writes=local_file),
 ]
 
 
@@ -69,13 +88,18 @@ def sink_help() -> str:
     return ", ".join(row.example for row in SINKS)
 
 
-def open_sink(uri: str, title: str = "edgert") -> Sink:
-    """The sink for ``uri``, not yet opened."""
+def sink_kind(uri: str) -> SinkKind:
+    """The row of :data:`SINKS` that reads ``uri``; an unknown sink is a one-line :class:`SinkError`."""
     text = uri.strip()
     for row in SINKS:
         if row.accepts(text):
-            return row.make(text, title)
+            return row
     raise SinkError(f"{uri}: unknown sink. Note: valid sinks are {sink_help()}")
+
+
+def open_sink(uri: str, title: str = "edgert") -> Sink:
+    """The sink for ``uri``, not yet opened."""
+    return sink_kind(uri).make(uri.strip(), title)
 
 
 def prepare_sinks(specs: Sequence[str | Sink], title: str = "edgert") -> list[Sink]:

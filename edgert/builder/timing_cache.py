@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from edgert.build.engine_file import write_atomic
-from edgert.build.target import TargetInfo
+from edgert.builder.target import TargetInfo
+from edgert.engine.file import write_atomic
 
 __all__ = ["TimingCache", "default_cache_dir", "timing_cache_path"]
 

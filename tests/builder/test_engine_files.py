@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from edgert.build.engine_cache import (
+from edgert.builder.onnx_info import file_sha256
+from edgert.builder.target import CPU_BUILD, GpuIdentity
+from edgert.engine.file import read_engine_file, split_ultralytics_header, write_atomic
+from edgert.engine.sidecar import (
     EngineRecord,
     cached_engine_matches,
     check_loadable,
@@ -17,9 +20,6 @@ from edgert.build.engine_cache import (
     sidecar_path,
     write_sidecar,
 )
-from edgert.build.engine_file import read_engine_file, split_ultralytics_header, write_atomic
-from edgert.build.onnx_info import file_sha256
-from edgert.build.target import CPU_BUILD, GpuIdentity
 from edgert.errors import EngineCacheError
 
 PLAN = b"ftrt\x00\x00\x00\x00" + bytes(range(256)) * 4

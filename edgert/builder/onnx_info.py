@@ -91,15 +91,10 @@ def _tensor(value: Any) -> TensorInfo:
 
 def inspect_onnx(path: str | Path) -> OnnxInfo:
     """Read ``path``'s interface without its weights. Damaged files become :class:`ModelError`."""
-    import onnx
+    from edgert.onnx_file import read_onnx
 
     p = Path(path)
-    if not p.is_file():
-        raise ModelError(f"{p}: ONNX file not found")
-    try:
-        model = onnx.load(str(p), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and friends for damaged files
-        raise ModelError(f"{p}: not a readable ONNX file ({type(exc).__name__}: {exc})") from exc
+    model = read_onnx(p, weights=False)
     graph = model.graph
     if not graph.node:
         raise ModelError(f"{p}: the ONNX graph has no nodes (truncated or empty file?)")

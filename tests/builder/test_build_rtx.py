@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgert._lazy import is_importable
-from edgert.build.engine_file import read_engine_file
-from tests.build.test_engine_files import ultralytics_engine
+from edgert.engine.file import read_engine_file
+from tests.builder.test_engine_files import ultralytics_engine
 from tests.helpers import assert_one_line_error, run_cli, tiny_model
 
 pytestmark = pytest.mark.skipif(not is_importable("tensorrt_rtx"),
@@ -163,7 +163,7 @@ def test_dynamic_model_builds_with_a_profile(assets: Path, tmp_path: Path, env: 
 
 
 def test_precision_requests_a_strongly_typed_builder_cannot_honour(tmp_path: Path, env: dict[str, str]) -> None:
-    from tests.build.test_onnx_info import qdq_model
+    from tests.builder.test_onnx_info import qdq_model
 
     model = tiny_model(tmp_path / "t.onnx")
     qdq = qdq_model(tmp_path / "q.onnx")
@@ -185,7 +185,7 @@ def test_progress_indicator_and_json(tmp_path: Path, env: dict[str, str]) -> Non
 
 
 def test_explicit_qdq_model_builds_as_int8(tmp_path: Path, env: dict[str, str]) -> None:
-    from tests.build.test_onnx_info import qdq_model
+    from tests.builder.test_onnx_info import qdq_model
 
     model = qdq_model(tmp_path / "q.onnx")
     out, _ = build(str(model), "--precision", "int8", env=env)

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.build.onnx_info import ShapeProfile, check_profiles, inspect_onnx, parse_shapes
+from edgert.builder.onnx_info import ShapeProfile, check_profiles, inspect_onnx, parse_shapes
 from edgert.errors import ConfigError, ModelError
 from tests.helpers import tiny_model
 
@@ -76,7 +76,7 @@ def test_damaged_files_are_model_errors(tmp_path: Path) -> None:
     good = tiny_model(tmp_path / "t.onnx")
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\x07\x12\xff garbage" * 10)
-    with pytest.raises(ModelError, match="not a readable ONNX file"):
+    with pytest.raises(ModelError, match="not a readable ONNX model"):
         inspect_onnx(bad)
     with pytest.raises(ModelError, match="not found"):
         inspect_onnx(tmp_path / "missing.onnx")

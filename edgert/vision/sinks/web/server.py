@@ -41,7 +41,7 @@ SNAPSHOT_WAIT_S = 1.0
 
 
 def _page() -> bytes:
-    return read_bytes("edgert.vision.web", "index.html")
+    return read_bytes("edgert.vision.sinks.web", "index.html")
 
 
 class _Channel:

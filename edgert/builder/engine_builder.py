@@ -18,13 +18,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from edgert.build.engine_cache import EngineRecord, cached_engine_matches, now_iso, read_sidecar, write_sidecar
-from edgert.build.engine_file import write_atomic
-from edgert.build.onnx_info import OnnxInfo, ShapeProfile, check_profiles, file_sha256, inspect_onnx
-from edgert.build.progress import BuildProgress
-from edgert.build.target import CPU_BUILD, TargetInfo, import_tensorrt, target_info
-from edgert.build.timing_cache import TimingCache, default_cache_dir, timing_cache_path
-from edgert.build.trt_logger import make_logger
+from edgert.builder.onnx_info import OnnxInfo, ShapeProfile, check_profiles, file_sha256, inspect_onnx
+from edgert.builder.progress import BuildProgress
+from edgert.builder.target import CPU_BUILD, TargetInfo, import_tensorrt, target_info
+from edgert.builder.timing_cache import TimingCache, default_cache_dir, timing_cache_path
+from edgert.engine.file import write_atomic
+from edgert.engine.sidecar import EngineRecord, cached_engine_matches, now_iso, read_sidecar, write_sidecar
+from edgert.engine.trt_logger import make_logger
 from edgert.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
@@ -274,11 +274,10 @@ def fp16_route(options: BuildOptions, strong: bool) -> str | None:
 def _fp16_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
     """The FP16 ONNX a strongly typed builder builds: converted into the engine cache folder, reused while
     the source model and the converter are the same. A model that already computes in FP16 is built as is."""
-    import onnx
-
+    from edgert.onnx_file import read_onnx
     from edgert.rewrite.fp16 import convert_file, converter_version, fp16_state
 
-    state = fp16_state(onnx.load(str(info.path), load_external_data=False))
+    state = fp16_state(read_onnx(info.path, weights=False))
     if state == "float16":
         log.info("%s already computes in FP16: built as it is", info.path.name)
         return info
