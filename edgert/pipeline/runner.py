@@ -305,8 +305,8 @@ class Pipeline:
         self.abort(self._stop_reason or "stop deadline")
 
     def _run(self, started: float) -> dict[str, Any]:
-        from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.choice import open_processor
+        from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.startup import close_order, enter_sources
         from edgert.speech.stages import SPEECH_TASKS
 
@@ -404,9 +404,9 @@ class Pipeline:
 
         live = open_feeds(feeds)  # a source that did not open gets no sinks: its outputs are left alone
         own = [feed.config.sinks if feed.config is not None else () for feed in live]
-        names = [feed.name for feed in live]
         plan: list[tuple[Any, _Feed | None]] = [  # (spec, the feed it is for; None: shared)
-            (spec, None if i is None else live[i]) for spec, i in sink_plan(self._sink_specs, names, own)]
+            (spec, None if i is None else live[i])
+            for spec, i in sink_plan(self._sink_specs, [feed.name for feed in live], own)]
         prepared: list[tuple[Any, _Feed | None]] = []
         try:
             for spec, owner in plan:

@@ -28,8 +28,8 @@ import numpy as np
 from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.pipeline.processor import Processor, ProcessorSlot
-from edgert.pipeline.stats import STAGES
 from edgert.speech.stages import SPEECH_TASKS
+from edgert.stats import STAGES
 from edgert.vision.audio_sources import is_audio_source
 
 __all__ = ["SpeechProcessor", "SpeechResult", "WhisperBudget", "check_sources", "refuse_vision_keys"]

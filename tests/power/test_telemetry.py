@@ -191,7 +191,7 @@ def test_preview_page_shows_the_board_row(tmp_path: Path, monkeypatch: pytest.Mo
 
     from edgert.config import ModelConfig, PipelineConfig, SourceConfig
     from edgert.pipeline import Pipeline
-    from edgert.vision.web.server import WebPreviewSink
+    from edgert.vision.sinks.web.server import WebPreviewSink
     from tests.pipeline.media import make_video, tiny_detector
     from tests.vision.chromium import Browser, find_chromium
 

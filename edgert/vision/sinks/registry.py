@@ -74,7 +74,8 @@ SINKS: list[SinkKind] = [
              check=_check_mqtt),
     SinkKind("folder", "a folder ending in / (?every=N)", image.is_folder, image.folder_from_uri, writes=local_file),
     SinkKind("image", "out.jpg (or .png)", image.is_image_file, image.file_from_uri, writes=local_file),
-    SinkKind("video", "out.mp4 (H.264; or .webm/.avi/.mkv/.mov)", video.is_video_file, video.from_uri, writes=local_file),
+    SinkKind("video", "out.mp4 (H.264; or .webm/.avi/.mkv/.mov)", video.is_video_file, video.from_uri,
+             writes=local_file),
 ]
 
 
