@@ -19,7 +19,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.macs import count_macs
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
 from edgert.calib.report import format_table, peak_rss_mb, tensor_rows, write_report
+from edgert.calib.sensitivity import find_float_layers
 from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
@@ -233,7 +234,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
             t0 = time.perf_counter()
             frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
                                                 opts.check_video_frames, opts.check_held_out, opts.check_variants)
-            accuracy = _accuracy(model, candidate, frames, config)
+            reference = _reference(model, frames, config)  # FP32 runs once; every candidate is compared to it
+            accuracy = _accuracy(model, candidate, frames, config, reference)
             accuracy["frames_from"] = frames_from
             t_check = time.perf_counter() - t0
             value = (accuracy.get("map") or {}).get("map50_95")
@@ -245,15 +247,19 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
                         pre(img, buffer)
                         yield {spec.name: buffer}
 
-                sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float,
-                                    progress, write_kwargs, opts.score_frames, feeds, macs.layers)
+                def evaluate(path: Path) -> dict[str, Any]:
+                    return _accuracy(model, path, frames, config, reference)
+
+                # layer errors on frames evenly spread over the check set, so each kind of frame in it counts
+                few = frames[:: max(1, len(frames) // max(opts.score_frames, 1))][: opts.score_frames]
+                sens = find_float_layers(prepared, plan, amax, evaluate, opts.max_drop, feeds(few), macs.layers,
+                                         max_float=opts.max_float, log_fn=log.info, write_kwargs=write_kwargs)
                 float_layers = sens.float_layers
                 reasons = sens.reasons
                 sensitivity = sens.to_dict()
                 qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta, **write_kwargs)
-                onnx.save(qdq, str(candidate))
-                accuracy = _accuracy(model, candidate, frames, config)
-                accuracy["frames_from"] = frames_from
+                if sens.accuracy is not None:  # the chosen model was measured on the check set: that is its figure
+                    accuracy = {**sens.accuracy, "frames_from": frames_from}
                 t_sens = time.perf_counter() - t0
     _save(qdq, paths["onnx"])
     final_macs = count_macs(qdq)
@@ -443,30 +449,24 @@ def _mosaic(images: Sequence[np.ndarray], first: int, n: int) -> np.ndarray:
     return out
 
 
+def _reference(model: str | Path, frames: Sequence[np.ndarray], config: PipelineConfig) -> Any:
+    """FP32's detections and outputs on the check frames, or None for a model no decoder knows."""
+    from edgert.calib.comparison import detections_on
+
+    try:
+        return detections_on(model, frames, config)
+    except ModelError:  # _accuracy says why
+        return None
+
+
 def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarray],
-              config: PipelineConfig) -> dict[str, Any]:
+              config: PipelineConfig, reference_results: Any = None) -> dict[str, Any]:
     from edgert.calib.comparison import compare_detectors
 
     try:
-        return compare_detectors(reference, candidate, ((str(i), f) for i, f in enumerate(frames)), config)
+        return compare_detectors(reference, candidate, ((str(i), f) for i, f in enumerate(frames)), config,
+                                 reference_results=reference_results)
     except ModelError as exc:
         # Not a detector the decoders know: the raw output errors still say how close INT8 is.
         log.info("no detection decoder for this model (%s); comparing raw outputs", exc)
         return {"skipped": f"not a known detector: {exc}"}
-
-
-def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
-                 frames: list[np.ndarray], config: PipelineConfig, max_drop: float, max_float: float,
-                 progress: bool, write_kwargs: dict[str, Any], score_frames: int,
-                 feeds: Callable[[Sequence[np.ndarray]], Iterator[dict[str, np.ndarray]]],
-                 macs: Mapping[str, int]) -> Any:
-    from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
-    from edgert.calib.sensitivity import find_float_layers
-
-    reference = detections_on(model, frames, config)
-    cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
-    # layer errors on frames evenly spread over the check set, so each kind of frame in it counts
-    few = frames[:: max(1, len(frames) // max(score_frames, 1))][:score_frames]
-    return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, feeds(few), macs,
-                             max_float=max_float, progress=progress, log_fn=log.info, write_kwargs=write_kwargs)
-

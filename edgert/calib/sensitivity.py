@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from edgert.calib.accuracy import _iou, detection_map
+from edgert.calib.accuracy import _iou
 from edgert.calib.layer_error import layer_errors
 from edgert.calib.qdq import GraphPlan, write_qdq
-from edgert.config import PipelineConfig
 from edgert.rewrite.graph import WEIGHTED, activation_graph
 from edgert.vision.detections import Detections
 
@@ -45,6 +44,7 @@ class SensitivityResult:
     reasons: dict[str, str] = field(default_factory=dict)  # node kept float -> why, for the report
     macs: dict[str, int] = field(default_factory=dict)  # node -> multiply-accumulates
     budget_macs: int = 0  # at most this many MACs may go back to float
+    accuracy: dict[str, Any] | None = None  # the check-set report of the chosen model (None: nothing measured)
 
     def to_dict(self) -> dict[str, Any]:
         worst = sorted(self.scores.items(), key=lambda kv: -kv[1])[:10]
@@ -133,18 +133,15 @@ def rank_candidates(scores: Mapping[str, float], macs: Mapping[str, int], budget
 
 
 def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, float],
-                      frames: Sequence[np.ndarray], config: PipelineConfig,
-                      reference: tuple[list[Detections], list[dict[str, np.ndarray]]],
+                      evaluate: Callable[[Path], dict[str, Any]],
                       max_drop: float, feeds: Iterable[Mapping[str, np.ndarray]], macs: Mapping[str, int],
-                      max_float: float = 0.1, progress: bool = False,
-                      log_fn: Callable[[str], None] | None = None,
+                      max_float: float = 0.1, log_fn: Callable[[str], None] | None = None,
                       write_kwargs: Mapping[str, Any] | None = None) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` with at most ``max_float`` of the
-    model's MACs (``macs``: per weighted node) in float (see the module docstring). ``feeds``: model inputs
-    of the frames the layers' errors are measured on."""
-    from edgert.calib.comparison import detections_on
-
-    ref_dets, _ = reference
+    model's MACs (``macs``: per weighted node) in float (see the module docstring). ``evaluate``: the
+    accuracy report of a Q/DQ model file on the check set (``comparison.compare_detectors``'s, with
+    ``["map"]["map50_95"]``); the one of the chosen model is kept as ``result.accuracy``. ``feeds``: model
+    inputs of the frames the layers' errors are measured on."""
     kw = dict(write_kwargs or {})
     scores = layer_errors(model, plan, amax, feeds)
     total = sum(macs.values())
@@ -164,11 +161,13 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
     with tempfile.TemporaryDirectory(prefix="edgert-sens-") as tmp:
         path = Path(tmp) / "probe.onnx"
 
+        measured: dict[int, dict[str, Any]] = {}
+
         def measure(count: int) -> float:
             chosen = chosen_all[:count]
             onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen, **kw), str(path))
-            dets, _ = detections_on(path, frames, config)
-            value = detection_map(ref_dets, dets).map50_95
+            measured[count] = evaluate(path)
+            value = float(measured[count]["map"]["map50_95"])
             float_share = sum(cost[n] for n in chosen) / total if total else 0.0
             result.steps.append({"float_layers": count, "float_macs": round(float_share, 4),
                                  "map50_95": round(value, 5)})
@@ -194,5 +193,6 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
                     else:
                         lo = mid
                 result.float_layers = chosen_all[:hi]
+            result.accuracy = measured[len(result.float_layers)]
     result.reasons = {n: reasons[n] for n in result.float_layers}
     return result
