@@ -385,7 +385,8 @@ def tools_table(rows: dict[str, dict[str, Any]], models: list[str], tools: list[
                 else "failed"
         ev = e.get("eval") or {}
         rtx = e.get("tensorrt_rtx") or {}
-        built = "" if not rtx else (f", RTX {rtx.get('engine_mb')} MB" if rtx.get("built") else ", RTX not built")
+        mb = f" {rtx['engine_mb']} MB" if rtx.get("engine_mb") is not None else ""
+        built = "" if not rtx else (f", RTX built{mb}" if rtx.get("built") else ", RTX not built")
         share = (e.get("qdq") or {}).get("int8_mac_share")
         built = (f", INT8 MACs {100 * share:.0f} %" if isinstance(share, float) else "") + built
         m, st = ev.get("map50_95"), ev.get("strict_map50_95")
