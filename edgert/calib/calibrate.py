@@ -79,6 +79,7 @@ class CalibrationOptions:
     threads: int = 0
     exclude_nodes: tuple[str, ...] = ()
     force: bool = False
+    engine_size: bool = False  # build the result with TensorRT-RTX (CPU is enough) and report the engine size
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -124,7 +125,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
-        "share_scales": list(opts.share_scales),
+        "share_scales": list(opts.share_scales), "engine_size": opts.engine_size,
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -263,6 +264,11 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
                 t_sens = time.perf_counter() - t0
     _save(qdq, paths["onnx"])
     final_macs = count_macs(qdq)
+    engine: dict[str, Any] | None = None
+    if opts.engine_size:
+        from edgert.calib.engine_size import rtx_engine_size
+
+        engine = rtx_engine_size(paths["onnx"])
 
     kept_float = set(float_layers) | set(opts.exclude_nodes)
     if kept_float:
@@ -300,7 +306,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
             "nonfinite_tensors": sorted(plan.nonfinite_tensors | observed_nonfinite),
         },
         "float_layers": {**plan.skipped, **{n: f"sensitivity: {reasons.get(n, 'kept float')}" for n in float_layers}},
-        "macs": final_macs.to_dict(),
+        "macs": final_macs.to_dict(), "engine": engine,
         "verdict": verdict(accuracy, opts, final_macs.share, sensitivity),
         "accuracy": accuracy, "sensitivity": sensitivity,
         "trt_cache": {"version": cache_version, "algorithm": opts.cache_algorithm, "why": cache_why,

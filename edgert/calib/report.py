@@ -77,6 +77,10 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
     if macs:
         lines.append(f"INT8 MACs    {100 * macs['int8_share']:.1f} % of {macs['total_macs'] / 1e9:.3g} G multiply-"
                      f"accumulates ({macs['int8_layers']} of {macs['layers']} Conv/Gemm/MatMul layers in INT8)")
+    engine = report.get("engine")
+    if engine:
+        lines.append(f"engine       TensorRT-RTX {engine.get('tensorrt_rtx', '')}: {engine.get('engine_mb')} MB"
+                     if engine.get("built") else f"engine       not built: {engine.get('why')}")
     sens_float = {n: why for n, why in (report.get("float_layers") or {}).items() if why.startswith("sensitivity")}
     for n, why in list(sens_float.items())[:8]:
         lines.append(f"float        {_short(n, 40)}: {why}")

@@ -67,6 +67,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trt-version", metavar="X.Y.Z",
                    help="write OUT.calib (implicit INT8) for this TensorRT: 8.5.2 JetPack 5.1, 8.6.2 JetPack 6.0, "
                         "10.3.0 JetPack 6.2 (default: the installed TensorRT, where it has implicit INT8)")
+    p.add_argument("--engine-size", action="store_true",
+                   help="build the result with TensorRT-RTX (no GPU needed) and report the engine size")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float")
     p.add_argument("--force", action="store_true", help="recalibrate even when the outputs are up to date")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         max_drop=max_drop, max_float=args.max_float, check=not args.no_check,
         check_video=_pick(args.check_video, recipe.check_video),
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
-        force=args.force,
+        force=args.force, engine_size=args.engine_size,
     )
     report = calibrate(args.model, images, args.output, config, options, progress=sys.stderr.isatty())
     if args.json:
@@ -146,7 +148,7 @@ def _is_whisper(model: str) -> bool:
 #: Flags of image calibration that mean nothing for a Whisper folder (value when not given).
 _DETECTOR_ONLY = {"recipe": None, "images": None, "config": None, "max_drop": None, "full_int8": False,
                   "check_video": None, "check_frames": None, "trt_version": None, "force": False,
-                  "max_float": 0.1, "strict": True}
+                  "max_float": 0.1, "strict": True, "engine_size": False}
 
 
 def _run_whisper(args: argparse.Namespace) -> int:

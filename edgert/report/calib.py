@@ -121,6 +121,8 @@ def calib_report(report: Mapping[str, Any]) -> str:
         "INT8 share of multiply-accumulates": (f"{100 * float(macs['int8_share']):.1f} % "
                                                f"({macs.get('int8_layers')} of {macs.get('layers')} layers)"
                                                if macs else None),
+        "TensorRT-RTX engine (MB)": ((report.get("engine") or {}).get("engine_mb")
+                                     if (report.get("engine") or {}).get("built") else None),
         "model": report.get("model"), "output": report.get("output"), "method": report.get("method"),
         "images used": images.get("used"), "images skipped": images.get("skipped"), "seed": report.get("seed"),
         "quantized layers": s.get("quantized_layers"), "Q/DQ activation tensors": s.get("qdq_tensors"),

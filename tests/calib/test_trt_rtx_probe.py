@@ -38,3 +38,17 @@ def test_probe_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts/trt_rtx_runtime_probe.py"), "--engine", "nonsense",
                            "--out", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "NAME=PATH" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_calibrate_reports_the_tensorrt_rtx_engine_size(tmp_path: Path) -> None:
+    pytest.importorskip("tensorrt_rtx")
+    pytest.importorskip("cv2")
+    from edgert.calib.calibrate import CalibrationOptions, calibrate
+
+    from .models import write_images
+
+    write_images(tmp_path / "imgs", 2)
+    report = calibrate(tiny_detector(tmp_path / "d.onnx"), tmp_path / "imgs", tmp_path / "d.int8.onnx",
+                       options=CalibrationOptions(num=2, check=False, engine_size=True), progress=False)
+    assert report["engine"]["built"] is True and report["engine"]["engine_mb"] > 0
+    assert "TensorRT-RTX" in report["table"]
