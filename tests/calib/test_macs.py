@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -88,3 +90,16 @@ def test_a_model_without_weighted_layers_has_nothing_in_float() -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     count = count_macs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     assert count.total == 0 and count.share == 1.0
+
+
+@pytest.mark.assets
+@pytest.mark.parametrize(("name", "total", "layers"), [
+    ("nanodet-m-416-coco-v8layout.onnx", 2_090_239_996, 35),
+    ("yolov8s-fall-640.onnx", 14_217_446_400, 64),
+    ("yolov3-tiny-coco-416.onnx", 2_782_480_896, 13),  # its ZeroPad2d pads at run time: ONNX Runtime tells
+])
+def test_asset_detectors_macs(assets: Path, name: str, total: int, layers: int) -> None:
+    pytest.importorskip("onnxruntime")
+    count = count_macs(onnx.load(str(assets / "models/detection" / name)))
+    assert count.total == total and len(count.layers) == layers and count.unknown == []
+    assert count.share == 0.0  # FP32: nothing in INT8
