@@ -4,8 +4,8 @@
    ratio of its output with exact inputs), on a few frames spread over the check set.
 2. Candidates ranked by error per MAC returned to float (:mod:`.macs`), so a cheap layer that hurts goes
    before an expensive one that hurts a little more. The *output layers* (weighted layers whose outputs reach
-   the decoding tail without another weighted layer: the head's last convs) are ranked as one region first
-   when they fit: kept float, they join the float tail, so the island costs no extra reformat on TensorRT.
+   the decoding tail without another weighted layer: the head's last convs) are one candidate, a region,
+   whose error per MAC counts double: kept float, it joins the float tail and costs no extra reformat.
 3. Repair within the budget: the longest prefix of the ranking whose MACs fit ``max_float`` of the model's is
    measured first (detection mAP against FP32 detections on the check set). If it misses the target, it is
    kept and the target is not met (one run). If it meets it, the shortest prefix that still does is found by
@@ -111,24 +111,35 @@ def output_layers(model: onnx.ModelProto, plan: GraphPlan) -> list[str]:
     return found
 
 
+#: The output region's error per MAC counts this many times: kept float, it joins the float tail and adds no
+#: reformat, where a scattered float layer costs TensorRT two.
+REGION_BONUS = 2.0
+
+
 def rank_candidates(scores: Mapping[str, float], macs: Mapping[str, int], budget: int,
                     region: Sequence[str] = ()) -> list[tuple[str, str]]:
-    """``(node, reason)`` in the order they go back to float: ``region`` first (when its MACs fit the budget
-    and its layers err at all), then by error per MAC. Layers with no MACs (pools, residual Adds) cost nothing
-    in the budget but rank as if they cost the cheapest weighted layer: free in compute, but each float
-    island costs TensorRT two reformats."""
+    """``(node, reason)`` in the order they go back to float, by INT8 error per MAC. ``region`` (the output
+    layers) is one candidate, ranked by its summed error per summed MAC times :data:`REGION_BONUS`, when its
+    MACs fit the budget. Layers with no MACs (pools, residual Adds) cost nothing in the budget but rank as
+    if they cost the cheapest weighted layer: free in compute, but each float island costs two reformats."""
     total = sum(macs.values()) or 1
     floor = min((m for m in macs.values() if m > 0), default=1)  # a pool or Add ranks as the cheapest layer
-    order: list[tuple[str, str]] = []
     region = [n for n in region if n in scores and scores[n] > 0]
-    if region and sum(macs.get(n, 0) for n in region) <= budget:
-        order += [(n, f"output layer (joins the float decoding tail): INT8 error {scores[n]:.3g}, "
-                      f"{100.0 * macs.get(n, 0) / total:.2f} % of MACs") for n in region]
-    done = {n for n, _ in order}
-    rest = sorted((n for n in scores if n not in done and scores[n] > 0),
-                  key=lambda n: -scores[n] / max(macs.get(n, 0), floor))
-    order += [(n, f"INT8 error {scores[n]:.3g} for {100.0 * macs.get(n, 0) / total:.2f} % of MACs "
-                  f"(error per MAC rank {i + 1})") for i, n in enumerate(rest)]
+    region_macs = sum(macs.get(n, 0) for n in region)
+    units: list[tuple[float, list[str]]] = []
+    grouped: set[str] = set()
+    if region and region_macs <= budget:
+        units.append((REGION_BONUS * sum(scores[n] for n in region) / max(region_macs, floor), region))
+        grouped = set(region)
+    done = {n for _, members in units for n in members}
+    units += [(scores[n] / max(macs.get(n, 0), floor), [n]) for n in scores if n not in done and scores[n] > 0]
+    units.sort(key=lambda u: -u[0])
+    order: list[tuple[str, str]] = []
+    for rank, (_, members) in enumerate(units, 1):
+        for n in members:
+            what = "output layer (joins the float decoding tail), " if n in grouped else ""
+            order.append((n, f"{what}INT8 error {scores[n]:.3g} for {100.0 * macs.get(n, 0) / total:.2f} % of "
+                             f"MACs (error per MAC rank {rank})"))
     return order
 
 

@@ -54,17 +54,19 @@ def test_layer_errors_in_one_pass_match_one_layer_quantized_alone(tmp_path: Path
     assert errs["conv2"] == pytest.approx(err / sig, rel=1e-3)
 
 
-def test_ranking_is_error_per_mac_with_the_output_layers_first() -> None:
-    scores = {"big": 0.5, "cheap": 0.1, "head": 0.01, "pool": 0.2}
-    macs = {"big": 1000, "cheap": 10, "head": 5, "pool": 0}
-    order = [n for n, _ in rank_candidates(scores, macs, budget=100, region=["head"])]
-    # head first (the output region fits), then cheap (0.01/MAC), pool (0.2 per the cheapest layer's 5 MACs =
-    # 0.04/MAC, ahead of cheap in fact), big last
-    assert order == ["head", "pool", "cheap", "big"]
-    reasons = dict(rank_candidates(scores, macs, budget=100, region=["head"]))
-    assert "output layer" in reasons["head"] and "% of MACs" in reasons["cheap"]
-    # an output region dearer than the budget is not put first
-    assert rank_candidates(scores, macs, budget=1, region=["big"])[0][0] == "pool"
+def test_ranking_is_error_per_mac_with_the_output_region_as_one_candidate() -> None:
+    scores = {"big": 0.5, "cheap": 0.1, "head": 0.01, "head2": 0.01, "pool": 0.2}
+    macs = {"big": 1000, "cheap": 10, "head": 5, "head2": 5, "pool": 0}
+    ranked = rank_candidates(scores, macs, budget=100, region=["head", "head2"])
+    # per MAC: pool 0.2 / 5 (as the cheapest layer) = 0.04; region 2 x 0.02 / 10 = 0.004, cheap 0.01; big 0.0005
+    assert [n for n, _ in ranked] == ["pool", "cheap", "head", "head2", "big"]
+    reasons = dict(ranked)
+    assert "output layer" in reasons["head"] and "rank 3" in reasons["head2"] and "% of MACs" in reasons["cheap"]
+    # with more error the region goes first, as one unit
+    scores.update(head=1.0, head2=1.0)
+    assert [n for n, _ in rank_candidates(scores, macs, budget=100, region=["head", "head2"])][:2] == ["head", "head2"]
+    # a region dearer than the budget is ranked layer by layer
+    assert "output layer" not in dict(rank_candidates(scores, macs, budget=1, region=["big"]))["big"]
 
 
 def test_output_layers_are_the_convs_that_feed_the_tail(tmp_path: Path) -> None:
