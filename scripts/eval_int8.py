@@ -29,6 +29,7 @@ ASSETS = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets")
 MODELS = {
     "nanodet": ASSETS / "models/detection/nanodet-m-416-coco-v8layout.onnx",
     "yolov8s": ASSETS / "models/detection/yolov8s-fall-640.onnx",
+    "yolov3tiny": ASSETS / "models/detection/yolov3-tiny-coco-416.onnx",  # not tuned on: the check of the default
 }
 
 
@@ -59,6 +60,9 @@ def main() -> int:
         "heldout_strict": held["map_strict"]["map50_95"], "heldout_frames": held["frames"],
         "check_map50_95": check.get("map50_95"), "float_layers": report["summary"]["float_layers"],
         "quantized_layers": report["summary"]["quantized_layers"], "seconds": round(seconds, 1),
+        "int8_mac_share": (report.get("macs") or {}).get("int8_share"),
+        "verdict": (report.get("verdict") or {}).get("met"), "timing_s": report.get("timing_s"),
+        "sensitivity_steps": (report.get("sensitivity") or {}).get("steps"),
         "peak_rss_mb": report["peak_rss_mb"], "output": str(out),
     }))
     return 0

@@ -17,8 +17,9 @@ import hashlib
 import itertools
 import json
 import logging
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,16 @@ from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.histograms import Method, TensorRange
+from edgert.calib.macs import count_macs
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
+from edgert.calib.sensitivity import find_float_layers
 from edgert.calib.summary import format_table, peak_rss_mb, tensor_rows, write_report
 from edgert.calib.trt_cache import cache_trt_version, write_cache
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
 from edgert.types import TensorSpec
 
-__all__ = ["CalibrationOptions", "calibrate", "output_paths", "ranges_method"]
+__all__ = ["CalibrationOptions", "calibrate", "output_paths", "ranges_method", "verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,8 @@ class CalibrationOptions:
     trt_version: str | None = None  # cache header; None: the installed TensorRT's (no cache without one)
     cache_algorithm: str = "EntropyCalibration2"
     max_drop: float | None = DEFAULT_MAX_DROP  # mixed precision until mAP >= 1 - max_drop (None: full INT8)
-    max_float: float = 0.5  # at most this fraction of the quantized layers goes back to float
+    #: at most this fraction of the model's multiply-accumulates goes back to float (so >= 90 % stay INT8)
+    max_float: float = 0.1
     check: bool = True  # measure accuracy against FP32 after calibrating
     check_frames: int = CHECK_FRAMES
     check_video: str | None = None  # also check (and run the sensitivity pass) on frames of this video
@@ -75,6 +79,7 @@ class CalibrationOptions:
     threads: int = 0
     exclude_nodes: tuple[str, ...] = ()
     force: bool = False
+    engine_size: bool = False  # build the result with TensorRT-RTX (CPU is enough) and report the engine size
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -120,7 +125,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "max_drop": [opts.max_drop, opts.max_float],
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
-        "share_scales": list(opts.share_scales),
+        "share_scales": list(opts.share_scales), "engine_size": opts.engine_size,
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -214,32 +219,56 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
 
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
     qdq = write_qdq(prepared, plan, amax, metadata=meta, **write_kwargs)
-    _save(qdq, paths["onnx"])
     cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
+    macs = count_macs(prepared)
 
     accuracy: dict[str, Any] | None = None
     sensitivity: dict[str, Any] | None = None
+    reasons: dict[str, str] = {}
     t_check = t_sens = 0.0
     float_layers: list[str] = []
-    if opts.check:
-        t0 = time.perf_counter()
-        frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
-                                            opts.check_video_frames, opts.check_held_out, opts.check_variants)
-        accuracy = _accuracy(model, paths["onnx"], frames, config)
-        accuracy["frames_from"] = frames_from
-        t_check = time.perf_counter() - t0
-        value = (accuracy.get("map") or {}).get("map50_95")
-        if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
+    # Candidates are checked from a scratch folder; only the final, checked model goes to -o (atomically).
+    with tempfile.TemporaryDirectory(prefix="edgert-calib-") as scratch:
+        candidate = Path(scratch) / paths["onnx"].name
+        if opts.check:
+            onnx.save(qdq, str(candidate))
             t0 = time.perf_counter()
-            sens = _sensitivity(model, prepared, plan, amax, frames, config, opts.max_drop, opts.max_float, progress,
-                                write_kwargs, opts.score_frames)
-            float_layers = sens.float_layers
-            sensitivity = sens.to_dict()
-            qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta, **write_kwargs)
-            _save(qdq, paths["onnx"])
-            accuracy = _accuracy(model, paths["onnx"], frames, config)
+            frames, frames_from = _check_frames(images, dataset, opts.check_frames, opts.check_video,
+                                                opts.check_video_frames, opts.check_held_out, opts.check_variants)
+            reference = _reference(model, frames, config)  # FP32 runs once; every candidate is compared to it
+            accuracy = _accuracy(model, candidate, frames, config, reference)
             accuracy["frames_from"] = frames_from
-            t_sens = time.perf_counter() - t0
+            t_check = time.perf_counter() - t0
+            value = (accuracy.get("map") or {}).get("map50_95")
+            if opts.max_drop is not None and value is not None and value < 1.0 - opts.max_drop:
+                t0 = time.perf_counter()
+
+                def feeds(images_: Sequence[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
+                    for img in images_:
+                        pre(img, buffer)
+                        yield {spec.name: buffer}
+
+                def evaluate(path: Path) -> dict[str, Any]:
+                    return _accuracy(model, path, frames, config, reference)
+
+                # layer errors on frames evenly spread over the check set, so each kind of frame in it counts
+                few = frames[:: max(1, len(frames) // max(opts.score_frames, 1))][: opts.score_frames]
+                sens = find_float_layers(prepared, plan, amax, evaluate, opts.max_drop, feeds(few), macs.layers,
+                                         max_float=opts.max_float, log_fn=log.info, write_kwargs=write_kwargs)
+                float_layers = sens.float_layers
+                reasons = sens.reasons
+                sensitivity = sens.to_dict()
+                qdq = write_qdq(prepared, plan, amax, exclude_nodes=float_layers, metadata=meta, **write_kwargs)
+                if sens.accuracy is not None:  # the chosen model was measured on the check set: that is its figure
+                    accuracy = {**sens.accuracy, "frames_from": frames_from}
+                t_sens = time.perf_counter() - t0
+    _save(qdq, paths["onnx"])
+    final_macs = count_macs(qdq)
+    engine: dict[str, Any] | None = None
+    if opts.engine_size:
+        from edgert.calib.engine_size import rtx_engine_size
+
+        engine = rtx_engine_size(paths["onnx"])
 
     kept_float = set(float_layers) | set(opts.exclude_nodes)
     if kept_float:
@@ -264,6 +293,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         quantized = sorted({a for t in plan.targets if t.node in kept for a in t.activations})
     report: dict[str, Any] = {
         "key": key, "model": str(model), "output": str(paths["onnx"]), "method": ranges_method(opts),
+        "max_drop": opts.max_drop, "max_float": opts.max_float,
         "seed": opts.seed,
         "images": {"folder": str(images), "asked": opts.num, "used": len(dataset.used),
                    "skipped": len(dataset.skipped), "used_files": [str(p) for p in dataset.used],
@@ -272,10 +302,12 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         "summary": {
             "quantized_layers": len(plan.targets) - len(float_layers), "qdq_tensors": len(quantized),
             "float_layers": len(plan.skipped) + len(float_layers), "cache_tensors": len(cache_tensors),
-            "tail_nodes": len(plan.tail_nodes),
+            "tail_nodes": len(plan.tail_nodes), "int8_mac_share": round(final_macs.share, 4),
             "nonfinite_tensors": sorted(plan.nonfinite_tensors | observed_nonfinite),
         },
-        "float_layers": {**plan.skipped, **dict.fromkeys(float_layers, "sensitivity")},
+        "float_layers": {**plan.skipped, **{n: f"sensitivity: {reasons.get(n, 'kept float')}" for n in float_layers}},
+        "macs": final_macs.to_dict(), "engine": engine,
+        "verdict": verdict(accuracy, opts, final_macs.share, sensitivity),
         "accuracy": accuracy, "sensitivity": sensitivity,
         "trt_cache": {"version": cache_version, "algorithm": opts.cache_algorithm, "why": cache_why,
                       "written": cache_version is not None},
@@ -290,6 +322,30 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     write_report(paths["report"], report)
     report["table"] = format_table(report)
     return report
+
+
+def verdict(accuracy: Mapping[str, Any] | None, opts: CalibrationOptions, mac_share: float,
+            sensitivity: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether the accuracy target (mAP vs FP32 on the check set >= 1 - max_drop) is met, and why not.
+
+    ``met`` is None when there is no target (``--full-int8``, ``--no-check``, or a model no decoder knows):
+    nothing was promised. ``edgert calibrate`` leads its summary with this and exits 3 when ``met`` is False.
+    """
+    value = ((accuracy or {}).get("map") or {}).get("map50_95")
+    out: dict[str, Any] = {"int8_mac_share": round(mac_share, 4), "min_int8_share": round(1.0 - opts.max_float, 4)}
+    if opts.max_drop is None or value is None:
+        why = ("full INT8 asked (no accuracy target)" if opts.max_drop is None else
+               "accuracy not measured" + (f": {(accuracy or {}).get('skipped')}" if accuracy else " (--no-check)"))
+        out.update(met=None, target=None, map50_95=value, why=why)
+        return out
+    target = 1.0 - opts.max_drop
+    met = value >= target
+    out.update(met=met, target=round(target, 4), map50_95=value)
+    if not met:
+        out["why"] = (f"mAP@0.5:0.95 vs FP32 {value:.4f} < {target:.4f} with the float layers the MAC budget "
+                      f"allows ({100 * opts.max_float:.0f} % of MACs at most); raise --max-float or --max-drop, "
+                      "or give --check-video with the deployment's footage")
+    return out
 
 
 def ranges_method(opts: CalibrationOptions) -> str:
@@ -399,27 +455,24 @@ def _mosaic(images: Sequence[np.ndarray], first: int, n: int) -> np.ndarray:
     return out
 
 
+def _reference(model: str | Path, frames: Sequence[np.ndarray], config: PipelineConfig) -> Any:
+    """FP32's detections and outputs on the check frames, or None for a model no decoder knows."""
+    from edgert.calib.comparison import detections_on
+
+    try:
+        return detections_on(model, frames, config)
+    except ModelError:  # _accuracy says why
+        return None
+
+
 def _accuracy(reference: str | Path, candidate: Path, frames: Sequence[np.ndarray],
-              config: PipelineConfig) -> dict[str, Any]:
+              config: PipelineConfig, reference_results: Any = None) -> dict[str, Any]:
     from edgert.calib.comparison import compare_detectors
 
     try:
-        return compare_detectors(reference, candidate, ((str(i), f) for i, f in enumerate(frames)), config)
+        return compare_detectors(reference, candidate, ((str(i), f) for i, f in enumerate(frames)), config,
+                                 reference_results=reference_results)
     except ModelError as exc:
         # Not a detector the decoders know: the raw output errors still say how close INT8 is.
         log.info("no detection decoder for this model (%s); comparing raw outputs", exc)
         return {"skipped": f"not a known detector: {exc}"}
-
-
-def _sensitivity(model: str | Path, prepared: onnx.ModelProto, plan: Any, amax: dict[str, float],
-                 frames: list[np.ndarray], config: PipelineConfig, max_drop: float, max_float: float,
-                 progress: bool, write_kwargs: dict[str, Any], score_frames: int) -> Any:
-    from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
-    from edgert.calib.sensitivity import find_float_layers
-
-    reference = detections_on(model, frames, config)
-    cand_config = _with_conf(config, min(PRED_CONF, config.decode.conf))
-    return find_float_layers(prepared, plan, amax, frames, cand_config, reference, max_drop, max_float=max_float,
-                             progress=progress, log_fn=log.info, write_kwargs=write_kwargs,
-                             score_frames=score_frames)
-

@@ -90,8 +90,13 @@ def _with_conf(config: PipelineConfig, conf: float) -> PipelineConfig:
 def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iterable[tuple[str, np.ndarray]],
                       config: PipelineConfig | None = None, backend: str = "onnxruntime",
                       candidate_backend: str | None = None, pred_conf: float = PRED_CONF,
-                      progress: bool = False) -> dict[str, Any]:
-    """Detections and raw outputs of ``candidate`` against ``reference`` on ``frames``; a JSON-able report."""
+                      progress: bool = False,
+                      reference_results: tuple[Sequence[Detections], Sequence[dict[str, np.ndarray]]] | None = None,
+                      ) -> dict[str, Any]:
+    """Detections and raw outputs of ``candidate`` against ``reference`` on ``frames``; a JSON-able report.
+
+    ``reference_results``: the reference's :func:`detections_on` of these frames (same config), when the
+    caller compares several candidates on one frame set: the reference then does not run again."""
     from tqdm import tqdm
 
     from edgert.vision.detector import Detector
@@ -122,7 +127,12 @@ def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iter
     try:
         for label, frame in tqdm(frames, desc="comparing", unit="frame", disable=not progress, leave=False):
             t0 = time.perf_counter()
-            ref_list.append(ref_det(frame))
+            if reference_results is None:
+                ref_list.append(ref_det(frame))
+                ref_out = ref_det.session.outputs
+            else:
+                ref_list.append(reference_results[0][len(labels)])
+                ref_out = reference_results[1][len(labels)]
             t1 = time.perf_counter()
             cand_list.append(cand_det(frame))
             t2 = time.perf_counter()
@@ -130,7 +140,7 @@ def compare_detectors(reference: str | Path, candidate: str | Path, frames: Iter
             t_cand += t2 - t1
             # Raw outputs are compared where they are the same tensor (name and shape); a candidate with
             # another output layout (another export, NMS in the graph) is compared on detections only.
-            ref_out, cand_out = ref_det.session.outputs, cand_det.session.outputs
+            cand_out = cand_det.session.outputs
             same = {n: v for n, v in cand_out.items() if n in ref_out and ref_out[n].shape == v.shape}
             not_compared.update(n for n in ref_out if n not in same)
             output_errors({n: ref_out[n] for n in same}, same, errors)

@@ -172,9 +172,9 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
     # Activations, producers and consumers, and the layers the decoding tail comes after (edgert.rewrite.graph:
     # the FP16 conversion keeps the same tail in float).
     act = activation_graph(model)
-    dynamic, producer, dynamic_nodes, anchored = act.dynamic, act.producer, act.dynamic_nodes, act.anchored
-    tail_nodes = [n.name for n in dynamic_nodes if n.name not in anchored]
-    tail_tensors = {t for n in dynamic_nodes if n.name not in anchored for t in n.output if t}
+    dynamic, producer, dynamic_nodes = act.dynamic, act.producer, act.dynamic_nodes
+    tail_nodes, tail_tensors = act.tail_nodes, act.tail_tensors
+    tail = set(tail_nodes)
 
     bad = set(nonfinite)
     for node in dynamic_nodes:
@@ -198,7 +198,7 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
         op = node.op_type
         if op not in wanted:
             continue
-        if node.name not in anchored:
+        if node.name in tail:
             skipped[node.name] = "decoding tail (after the last Conv)"
             continue
         if node.name in excluded:

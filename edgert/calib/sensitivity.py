@@ -1,21 +1,22 @@
-"""Mixed precision: find the layers INT8 hurts most and leave them in float until accuracy is back.
+"""Mixed precision on a compute budget: float islands where they cost the fewest INT8 multiply-accumulates.
 
-1. Sensitivity of each quantized layer: a model with only that layer in INT8 is run on a few frames
-   and its detections are matched to FP32's: the score is the mean of ``1 - IoU`` of each FP32 box with
-   its best same-class INT8 box plus the mean change of its confidence (mAP@0.5:0.95 rewards boxes
-   within a pixel or two, so localization is what to watch; a raw output error would be dominated by
-   coordinates' large spread and miss it). Models with no FP32 boxes on those frames fall back to the
-   per-feature output error (:func:`~edgert.calib.accuracy.normalized_error`).
-2. Greedy repair: the most sensitive layers go back to float in growing steps (1, 2, 3, 4, 6, 8, ...)
-   and the whole model is measured (detection mAP against FP32 detections) after each step, until the
-   drop is within ``max_drop`` or ``max_float`` of the layers are float (then the best step is kept).
+1. Each quantized layer's own INT8 error, all in one run per frame (:mod:`.layer_error`: the noise-to-signal
+   ratio of its output with exact inputs), on a few frames spread over the check set.
+2. Candidates ranked by error per MAC returned to float (:mod:`.macs`), so a cheap layer that hurts goes
+   before an expensive one that hurts a little more. The *output layers* (weighted layers whose outputs reach
+   the decoding tail without another weighted layer: the head's last convs) are one candidate, a region,
+   whose error per MAC counts double: kept float, it joins the float tail and costs no extra reformat.
+3. Repair within the budget: the longest prefix of the ranking whose MACs fit ``max_float`` of the model's is
+   measured first (detection mAP against FP32 detections on the check set). If it misses the target, it is
+   kept and the target is not met (one run). If it meets it, the shortest prefix that still does is found by
+   bisection (about log2 of the candidates in runs), so as few float islands as possible remain.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from edgert.calib.accuracy import _iou, detection_map, normalized_error
+from edgert.calib.accuracy import _iou
+from edgert.calib.layer_error import layer_errors
 from edgert.calib.qdq import GraphPlan, write_qdq
-from edgert.config import PipelineConfig
+from edgert.rewrite.graph import WEIGHTED, activation_graph
 from edgert.vision.detections import Detections
 
-__all__ = ["SensitivityResult", "find_float_layers"]
+__all__ = ["SensitivityResult", "find_float_layers", "output_layers", "rank_candidates"]
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +38,21 @@ log = logging.getLogger(__name__)
 @dataclass
 class SensitivityResult:
     float_layers: list[str]  # nodes left unquantized
-    scores: dict[str, float]  # node -> output error with only that node quantized
-    steps: list[dict[str, Any]] = field(default_factory=list)  # {"float_layers": n, "map50_95": x}
+    scores: dict[str, float]  # node -> its own INT8 output error (NSR, layer_error.layer_errors)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {"float_layers": n, "float_macs": f, "map50_95": x}
     target_met: bool = False
+    reasons: dict[str, str] = field(default_factory=dict)  # node kept float -> why, for the report
+    macs: dict[str, int] = field(default_factory=dict)  # node -> multiply-accumulates
+    budget_macs: int = 0  # at most this many MACs may go back to float
+    accuracy: dict[str, Any] | None = None  # the check-set report of the chosen model (None: nothing measured)
 
     def to_dict(self) -> dict[str, Any]:
         worst = sorted(self.scores.items(), key=lambda kv: -kv[1])[:10]
         return {
             "float_layers": self.float_layers, "target_met": self.target_met, "steps": self.steps,
-            "most_sensitive": [{"node": k, "error": round(v, 6)} for k, v in worst],
+            "reasons": {n: self.reasons[n] for n in self.float_layers if n in self.reasons},
+            "budget_macs": self.budget_macs,
+            "most_sensitive": [{"node": k, "error": round(v, 6), "macs": self.macs.get(k)} for k, v in worst],
         }
 
 
@@ -75,52 +83,127 @@ def _steps(limit: int) -> list[int]:
     return [*out, limit]
 
 
+def output_layers(model: onnx.ModelProto, plan: GraphPlan) -> list[str]:
+    """Targets whose outputs reach the decoding tail (or a graph output) through no other weighted layer."""
+    act = activation_graph(model)
+    targets = {t.node for t in plan.targets}
+    tail = set(plan.tail_nodes)
+    outputs = {o.name for o in model.graph.output}
+    found: list[str] = []
+    for node in act.dynamic_nodes:
+        if node.name not in targets or node.op_type not in WEIGHTED:
+            continue
+        stack, seen, reaches = list(node.output), set(), False
+        while stack and not reaches:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in outputs:
+                reaches = True
+            for c in act.consumers.get(t, []):
+                if c.name in tail:
+                    reaches = True
+                elif c.op_type not in WEIGHTED:
+                    stack.extend(c.output)
+        if reaches:
+            found.append(node.name)
+    return found
+
+
+#: The output region's error per MAC counts this many times: kept float, it joins the float tail and adds no
+#: reformat, where a scattered float layer costs TensorRT two.
+REGION_BONUS = 2.0
+
+
+def rank_candidates(scores: Mapping[str, float], macs: Mapping[str, int], budget: int,
+                    region: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """``(node, reason)`` in the order they go back to float, by INT8 error per MAC. ``region`` (the output
+    layers) is one candidate, ranked by its summed error per summed MAC times :data:`REGION_BONUS`, when its
+    MACs fit the budget. Layers with no MACs (pools, residual Adds) cost nothing in the budget but rank as
+    if they cost the cheapest weighted layer: free in compute, but each float island costs two reformats."""
+    total = sum(macs.values()) or 1
+    floor = min((m for m in macs.values() if m > 0), default=1)  # a pool or Add ranks as the cheapest layer
+    region = [n for n in region if n in scores and scores[n] > 0]
+    region_macs = sum(macs.get(n, 0) for n in region)
+    units: list[tuple[float, list[str]]] = []
+    grouped: set[str] = set()
+    if region and region_macs <= budget:
+        units.append((REGION_BONUS * sum(scores[n] for n in region) / max(region_macs, floor), region))
+        grouped = set(region)
+    done = {n for _, members in units for n in members}
+    units += [(scores[n] / max(macs.get(n, 0), floor), [n]) for n in scores if n not in done and scores[n] > 0]
+    units.sort(key=lambda u: -u[0])
+    order: list[tuple[str, str]] = []
+    for rank, (_, members) in enumerate(units, 1):
+        for n in members:
+            what = "output layer (joins the float decoding tail), " if n in grouped else ""
+            order.append((n, f"{what}INT8 error {scores[n]:.3g} for {100.0 * macs.get(n, 0) / total:.2f} % of "
+                             f"MACs (error per MAC rank {rank})"))
+    return order
+
+
 def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, float],
-                      frames: Sequence[np.ndarray], config: PipelineConfig,
-                      reference: tuple[list[Detections], list[dict[str, np.ndarray]]],
-                      max_drop: float, score_frames: int = 4, max_float: float = 0.5,
-                      progress: bool = False, log_fn: Callable[[str], None] | None = None,
+                      evaluate: Callable[[Path], dict[str, Any]],
+                      max_drop: float, feeds: Iterable[Mapping[str, np.ndarray]], macs: Mapping[str, int],
+                      max_float: float = 0.1, log_fn: Callable[[str], None] | None = None,
                       write_kwargs: Mapping[str, Any] | None = None) -> SensitivityResult:
-    """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` (see the module docstring)."""
-    from tqdm import tqdm
-
-    from edgert.calib.comparison import detections_on
-
-    ref_dets, ref_outs = reference
+    """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` with at most ``max_float`` of the
+    model's MACs (``macs``: per weighted node) in float (see the module docstring). ``evaluate``: the
+    accuracy report of a Q/DQ model file on the check set (``comparison.compare_detectors``'s, with
+    ``["map"]["map50_95"]``); the one of the chosen model is kept as ``result.accuracy``. ``feeds``: model
+    inputs of the frames the layers' errors are measured on."""
     kw = dict(write_kwargs or {})
-    nodes = [t.node for t in plan.targets]
-    scores: dict[str, float] = {}
+    scores = layer_errors(model, plan, amax, feeds)
+    total = sum(macs.values())
+    budget = int(max_float * total)
+    targets = [t.node for t in plan.targets]
+    cost = {n: int(macs.get(n, 0)) for n in targets}
+    ranked = rank_candidates(scores, cost, budget, output_layers(model, plan))
+    result = SensitivityResult([], scores, macs=cost, budget_macs=budget)
+    reasons = dict(ranked)
+    # the longest prefix of the ranking within the budget; a candidate too dear is passed over, not a stop
+    chosen_all: list[str] = []
+    spent = 0
+    for node, _ in ranked:
+        if spent + cost[node] <= budget:
+            chosen_all.append(node)
+            spent += cost[node]
     with tempfile.TemporaryDirectory(prefix="edgert-sens-") as tmp:
         path = Path(tmp) / "probe.onnx"
-        # evenly spread over the check set, so each kind of frame in it (see calibrate._check_frames) counts
-        few_index = list(range(0, len(frames), max(1, len(frames) // max(score_frames, 1))))[:score_frames]
-        few = [frames[i] for i in few_index]
-        for node in tqdm(nodes, desc="sensitivity", unit="layer", disable=not progress, leave=False):
-            others = [n for n in nodes if n != node]
-            onnx.save(write_qdq(model, plan, amax, exclude_nodes=others, **kw), str(path))
-            dets, outs = detections_on(path, few, config)
-            loss = localization_error([ref_dets[i] for i in few_index], dets)
-            if loss is None:
-                errs = [normalized_error(ref_outs[i][k], o[k]) for i, o in zip(few_index, outs) for k in ref_outs[i]
-                        if k in o]
-                loss = float(np.mean(errs)) if errs else 0.0
-            scores[node] = loss
-        ranked = sorted(nodes, key=lambda n: -scores[n])
-        limit = max(1, int(len(nodes) * max_float))
-        result = SensitivityResult([], scores)
-        best = -1.0
-        for step in _steps(limit):
-            chosen = ranked[:step]
+
+        measured: dict[int, dict[str, Any]] = {}
+
+        def measure(count: int) -> float:
+            chosen = chosen_all[:count]
             onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen, **kw), str(path))
-            dets, _ = detections_on(path, frames, config)
-            value = detection_map(ref_dets, dets).map50_95
-            result.steps.append({"float_layers": len(chosen), "map50_95": round(value, 5)})
+            measured[count] = evaluate(path)
+            value = float(measured[count]["map"]["map50_95"])
+            float_share = sum(cost[n] for n in chosen) / total if total else 0.0
+            result.steps.append({"float_layers": count, "float_macs": round(float_share, 4),
+                                 "map50_95": round(value, 5)})
             if log_fn:
-                log_fn(f"sensitivity: {len(chosen)} layer(s) in float -> mAP@0.5:0.95 {value:.4f}")
-            if value > best:
-                best, result.float_layers = value, chosen
-            if value >= 1.0 - max_drop:
+                log_fn(f"sensitivity: {count} layer(s), {100 * float_share:.1f} % of MACs in float -> "
+                       f"mAP@0.5:0.95 {value:.4f}")
+            return value
+
+        # The whole budget first: when even that misses the target, nothing smaller is tried (one run, not
+        # one per step). When it meets it, bisect for the shortest prefix that still does (fewer float
+        # islands), a handful of runs; the curve is noisy, so any prefix measured to meet it will do.
+        target = 1.0 - max_drop
+        if chosen_all:
+            hi = len(chosen_all)
+            result.float_layers = chosen_all
+            if measure(hi) >= target:
                 result.target_met = True
-                result.float_layers = chosen
-                break
+                lo = 0  # full INT8 was measured by the caller and missed
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if measure(mid) >= target:
+                        hi = mid
+                    else:
+                        lo = mid
+                result.float_layers = chosen_all[:hi]
+            result.accuracy = measured[len(result.float_layers)]
+    result.reasons = {n: reasons[n] for n in result.float_layers}
     return result

@@ -19,7 +19,7 @@ from edgert.atomic_file import write_atomic
 from edgert.calib.histograms import TensorRange
 from edgert.errors import CalibrationError
 
-__all__ = ["format_table", "html_path", "peak_rss_mb", "tensor_rows", "write_report"]
+__all__ = ["format_table", "html_path", "peak_rss_mb", "tensor_rows", "verdict_line", "write_report"]
 
 
 def peak_rss_mb() -> float:
@@ -59,7 +59,8 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
     """A readable summary: the tensors (quantized ones first), accuracy, time, memory."""
     rows = list(report.get("tensors", []))
     shown = [r for r in rows if r["role"] == "qdq"] + [r for r in rows if r["role"] != "qdq"]
-    lines = [f"{'tensor':<48} {'role':<22} {'amax':>10} {'abs max':>10} {'amax/max':>8}"]
+    lines = [verdict_line(report), ""]
+    lines.append(f"{'tensor':<48} {'role':<22} {'amax':>10} {'abs max':>10} {'amax/max':>8}")
     for r in shown[:max_rows]:
         lines.append(f"{_short(r['tensor'], 48):<48} {r['role']:<22} {r['amax']:>10.4g} {r['abs_max']:>10.4g} "
                      f"{r['clip_ratio']:>8.3f}")
@@ -72,6 +73,19 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
                  f"(skipped {report.get('images', {}).get('skipped')})  seed {report.get('seed')}")
     lines.append(f"quantized    {s.get('quantized_layers')} layers, {s.get('qdq_tensors')} activation Q/DQ pairs; "
                  f"{s.get('float_layers')} layers kept float; {s.get('cache_tensors')} tensors in the TensorRT cache")
+    macs = report.get("macs")
+    if macs:
+        lines.append(f"INT8 MACs    {100 * macs['int8_share']:.1f} % of {macs['total_macs'] / 1e9:.3g} G multiply-"
+                     f"accumulates ({macs['int8_layers']} of {macs['layers']} Conv/Gemm/MatMul layers in INT8)")
+    engine = report.get("engine")
+    if engine:
+        lines.append(f"engine       TensorRT-RTX {engine.get('tensorrt_rtx', '')}: {engine.get('engine_mb')} MB"
+                     if engine.get("built") else f"engine       not built: {engine.get('why')}")
+    sens_float = {n: why for n, why in (report.get("float_layers") or {}).items() if why.startswith("sensitivity")}
+    for n, why in list(sens_float.items())[:8]:
+        lines.append(f"float        {_short(n, 40)}: {why}")
+    if len(sens_float) > 8:
+        lines.append(f"float        ... {len(sens_float) - 8} more in the JSON report")
     acc = report.get("accuracy")
     if acc and acc.get("map"):
         m, ms = acc["map"], acc.get("map_strict", {})
@@ -96,6 +110,18 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
     files = report.get("files", {})
     lines.append(f"wrote        {', '.join(str(v) for v in files.values())}")
     return "\n".join(lines)
+
+
+def verdict_line(report: Mapping[str, Any]) -> str:
+    """The first line of the summary: whether the accuracy target is met, at what INT8 share."""
+    v = report.get("verdict") or {}
+    share = v.get("int8_mac_share")
+    at = f"; {100 * share:.1f} % of MACs in INT8" if share is not None else ""
+    if v.get("met") is True:
+        return f"TARGET MET   mAP@0.5:0.95 vs FP32 {v.get('map50_95'):.4f} >= {v.get('target')}{at}"
+    if v.get("met") is False:
+        return f"TARGET NOT MET   {v.get('why')}{at}"
+    return f"NO TARGET    {v.get('why', 'no accuracy target')}{at}"
 
 
 def html_path(path: str | Path) -> Path:

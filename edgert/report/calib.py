@@ -4,9 +4,9 @@
   a dot coloured by what became of the tensor: Q/DQ pair, TensorRT cache only, kept float) and the
   largest absolute value seen (a grey tick above it); the grey segment between them is what INT8 clips.
   Log scale, since ranges of one network span decades. Then ``amax / abs max`` per tensor.
-- Sensitivity (when ``--max-drop`` ran its pass): the error each layer causes when it alone is INT8,
-  for the layers the report lists, and mAP@0.5:0.95 against FP32 after each step of returning layers
-  to float.
+- Sensitivity (when ``--max-drop`` ran its pass): each layer's own INT8 output error, mAP@0.5:0.95 against
+  FP32 by the share of multiply-accumulates returned to float (the trade-off), and after each step.
+- The summary table leads with the verdict (accuracy target met or not) and the INT8 share of the MACs.
 """
 
 from __future__ import annotations
@@ -67,11 +67,26 @@ def _sensitivity(sens: Mapping[str, Any], max_drop: float | None) -> list[str]:
         pairs = [(str(m.get("node")), float(m.get("error", 0.0))) for m in sens.get("most_sensitive") or []]
     kept = set(sens.get("float_layers") or [])
     if pairs:
-        parts.append(hbar_chart(f"Sensitivity per layer: error with only that layer in INT8 "
+        parts.append(hbar_chart(f"Sensitivity per layer: its own INT8 output error (noise / signal) "
                                 f"({len(pairs)} most sensitive; left in float: {len(kept)})",
                                 [f"{n} (float)" if n in kept else n for n, _ in pairs], [v for _, v in pairs],
                                 value_label="error", chart_id="sensitivity"))
     steps = [s for s in sens.get("steps") or [] if s.get("map50_95") is not None]
+    shares = [s for s in steps if s.get("float_macs") is not None]
+    if shares:  # the trade-off: accuracy against the share of compute handed back to float
+        values = [float(s["map50_95"]) for s in shares] + ([1.0 - max_drop] if max_drop is not None else [])
+        low = max(0.0, math.floor((min(values) - 0.02) * 20) / 20)
+        top = max(float(s["float_macs"]) for s in shares) * 100
+        trade = Plot("mAP@0.5:0.95 against FP32 by the share of MACs in float (the options tried)",
+                     x_label="% of MACs in float", y_label="mAP@0.5:0.95", y_range=(low, 1.0),
+                     x_range=(0.0, max(1.0, top * 1.1)), chart_id="accuracy-vs-float", height=240)
+        xs = [100 * float(s["float_macs"]) for s in shares]
+        trade.points("step", xs, [float(s["map50_95"]) for s in shares], "#0072B2",
+                     titles=[f"{s['float_layers']} layer(s), {fmt(x)} % of MACs float: {fmt(float(s['map50_95']))}"
+                             for s, x in zip(shares, xs)])
+        if max_drop is not None:
+            trade.hline(f"target {fmt(1.0 - max_drop)}", 1.0 - max_drop, "#D55E00")
+        parts.append(trade.svg())
     if steps:
         # one category per step: the steps grow 1, 2, 3, 4, 6, 8, ... layers, not evenly
         values = [float(s["map50_95"]) for s in steps] + ([1.0 - max_drop] if max_drop is not None else [])
@@ -97,7 +112,17 @@ def calib_report(report: Mapping[str, Any]) -> str:
     parts: list[str] = []
     s = report.get("summary") or {}
     images = report.get("images") or {}
+    verdict = report.get("verdict") or {}
+    macs = report.get("macs") or {}
+    met = verdict.get("met")
     overview: dict[str, Any] = {
+        "verdict": ("target met" if met is True else "target NOT met: " + str(verdict.get("why")) if met is False
+                    else f"no target ({verdict.get('why', 'not recorded')})"),
+        "INT8 share of multiply-accumulates": (f"{100 * float(macs['int8_share']):.1f} % "
+                                               f"({macs.get('int8_layers')} of {macs.get('layers')} layers)"
+                                               if macs else None),
+        "TensorRT-RTX engine (MB)": ((report.get("engine") or {}).get("engine_mb")
+                                     if (report.get("engine") or {}).get("built") else None),
         "model": report.get("model"), "output": report.get("output"), "method": report.get("method"),
         "images used": images.get("used"), "images skipped": images.get("skipped"), "seed": report.get("seed"),
         "quantized layers": s.get("quantized_layers"), "Q/DQ activation tensors": s.get("qdq_tensors"),
@@ -136,7 +161,7 @@ def calib_report(report: Mapping[str, Any]) -> str:
             for i, r in enumerate(rows))
         parts.append(f'<table class="tensors"><tr>{head}</tr>{body}</table>')
     model = str(report.get("model") or "model").replace("\\", "/").rsplit("/", 1)[-1]
-    data = {k: report.get(k) for k in ("model", "output", "method", "summary", "accuracy", "sensitivity",
-                                       "float_layers", "tensors", "timing_s")}
+    data = {k: report.get(k) for k in ("model", "output", "method", "verdict", "macs", "summary", "accuracy",
+                                       "sensitivity", "float_layers", "tensors", "timing_s")}
     return page(f"edgert calibrate: {model}", "\n".join(parts), subtitle=f"method {report.get('method')}",
                 data=data)

@@ -41,10 +41,18 @@ class ActivationGraph:
 
     @property
     def tail_nodes(self) -> list[str]:
-        """Names of the activation nodes after the last layer (empty when there is no layer to anchor on)."""
+        """Names of the activation nodes after the last layer, in graph order. Empty when there is no layer to
+        anchor on: a graph without layers has no decoding tail, it is all body. The one definition of the tail
+        for the FP16 rewrite and the INT8 planner (they must keep the same nodes float)."""
         if not self.anchored:
             return []
         return [n.name for n in self.dynamic_nodes if n.name not in self.anchored]
+
+    @property
+    def tail_tensors(self) -> set[str]:
+        """The outputs of :attr:`tail_nodes`."""
+        tail = set(self.tail_nodes)
+        return {t for n in self.dynamic_nodes if n.name in tail for t in n.output if t}
 
 
 def activation_graph(model: onnx.ModelProto) -> ActivationGraph:

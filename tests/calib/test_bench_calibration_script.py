@@ -93,6 +93,8 @@ def test_tools_table_has_a_row_per_tool_and_a_column_per_model(bench: ModuleType
         "a/modelopt": {"wall_s": 12.5, "peak_rss_mb": 700.4, "eval": {"map50_95": 0.8612, "strict_map50_95": 0.7},
                        "tensorrt_rtx": {"built": True}},
         "b/modelopt": {"error": "Traceback\nValueError: no calibration data"},
+        "b/edgert": {"wall_s": 20.0, "peak_rss_mb": 500.0, "eval": {"map50_95": 0.9, "strict_map50_95": 0.8},
+                     "tensorrt_rtx": {"built": True, "engine_mb": 9.5}, "qdq": {"int8_mac_share": 0.9123}},
         "b/ort-entropy": {"skipped": "memory"},
     }
     table = bench.tools_table(rows, ["a", "b"], ["modelopt", "ort-entropy"]).splitlines()
@@ -100,3 +102,7 @@ def test_tools_table_has_a_row_per_tool_and_a_column_per_model(bench: ModuleType
     assert table[2] == (f"| {bench.TOOLS['modelopt']} | 0.861 (0.700), 12.5 s, 700 MiB, RTX built | "
                         "failed: ValueError: no calibration data |")
     assert table[3] == f"| {bench.TOOLS['ort-entropy']} | not run | not run (memory) |"
+    edgert = bench.tools_table(rows, ["b"], ["edgert"]).splitlines()[2]
+    assert edgert == f"| {bench.TOOLS['edgert']} | 0.900 (0.800), 20.0 s, 500 MiB, INT8 MACs 91 %, RTX built 9.5 MB |"
+    rows["b/modelopt"] = {"wall_s": 10.0, "tensorrt_rtx": {"engine_mb": 10.0}}
+    assert bench.ratios(rows, ["b"]) == {"b": {"wall": 2.0, "engine": 0.95}}

@@ -225,16 +225,16 @@ def test_default_checks_on_calibration_images_mirrored_small_and_tiled_never_the
     model = tiny_detector(tmp_path / "det.onnx")
     out = tmp_path / "det.int8.onnx"
     r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "-o", str(out))
-    assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "det.int8.report.json").read_text())
+    assert r.returncode == (3 if report["verdict"]["met"] is False else 0), r.stderr  # 3: target missed
     assert report["accuracy"]["frames"] == 16  # 4 calibration images x (as is, mirrored, half size, 3x3 mosaic)
     assert "mirror" in report["accuracy"]["frames_from"] and "3x3 mosaics" in report["accuracy"]["frames_from"]
     used = {Path(p) for p in report["images"]["used_files"]}
     assert len(used) == 4 and used < set(paths)
     m = report["accuracy"]["map"]["map50_95"]
     sens = report["sensitivity"]
-    if m is not None and m < 0.98:  # then the default mixed-precision pass ran and says how far it got
-        assert sens is not None and sens["steps"]
+    if m is not None and m < 0.99:  # then the default mixed-precision pass ran and says how far it got
+        assert sens is not None and "budget_macs" in sens
     r = run_cli("calibrate", str(model), "--images", str(folder), "--num", "4", "--full-int8", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "det.int8.report.json").read_text())["sensitivity"] is None

@@ -9,7 +9,8 @@ import onnx
 import pytest
 
 from edgert.calib.accuracy import detection_map
-from edgert.calib.comparison import PRED_CONF, _with_conf, detections_on
+from edgert.calib.comparison import compare_detectors, detections_on
+from edgert.calib.macs import count_macs
 from edgert.calib.qdq import plan_quantization, prepare_model
 from edgert.calib.sensitivity import _steps, find_float_layers, localization_error
 from edgert.config import PipelineConfig
@@ -36,7 +37,7 @@ def test_localization_error() -> None:
     assert localization_error([Detections.empty()], ref) is None
 
 
-def test_float_layers_are_chosen_from_the_quantized_ones(tmp_path: Path) -> None:
+def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_path: Path) -> None:
     path = tiny_detector(tmp_path / "d.onnx", size=32)
     model = prepare_model(onnx.load(str(path)))
     plan = plan_quantization(model)
@@ -46,11 +47,28 @@ def test_float_layers_are_chosen_from_the_quantized_ones(tmp_path: Path) -> None
     reference = detections_on(path, frames, config)
     # deliberately bad ranges: every activation clipped hard, so INT8 loses accuracy
     amax = {t: 0.05 for t in plan.activation_tensors}
-    result = find_float_layers(model, plan, amax, frames, _with_conf(config, PRED_CONF), reference, max_drop=0.0,
-                               score_frames=2, max_float=1.0)
+    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
+    macs = count_macs(model).layers
+    def evaluate(path: Path) -> dict[str, object]:
+        return compare_detectors(path_fp32, path, ((str(i), f) for i, f in enumerate(frames)), config,
+                                 reference_results=reference)
+
+    path_fp32 = path
+    result = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds, macs=macs, max_float=1.0)
     nodes = [t.node for t in plan.targets]
     assert set(result.scores) == set(nodes)
     assert result.float_layers and set(result.float_layers) <= set(nodes)
-    assert [s["float_layers"] for s in result.steps] == _steps(len(nodes))[: len(result.steps)]
+    assert set(result.reasons) == set(result.float_layers)
+    assert result.accuracy is not None and "map_strict" in result.accuracy
+    first = result.steps[0]
+    assert first["float_layers"] == len([n for n in nodes if result.scores[n] > 0])  # the whole budget first
+    if result.target_met:  # then bisected down: every later step is shorter
+        assert all(s["float_layers"] < first["float_layers"] for s in result.steps[1:])
+    else:
+        assert len(result.steps) == 1
     if len(result.float_layers) == len(nodes):  # everything float: exactly FP32 again
-        assert result.steps[-1]["map50_95"] == pytest.approx(detection_map(reference[0], reference[0]).map50_95)
+        assert result.steps[0]["map50_95"] == pytest.approx(detection_map(reference[0], reference[0]).map50_95)
+
+    # a budget of nothing keeps nothing float and measures nothing
+    none = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds, macs=macs, max_float=0.0)
+    assert none.float_layers == [] and none.steps == [] and not none.target_met
