@@ -51,7 +51,7 @@ def test_nan_points_and_unknown_classes_are_refused(tmp_path: Path, media: dict[
     out.write_text("old\n")
     typo.write_text(base + "analytics: {lines: [{name: a, points: [[0, 5], [10, 5]], classes: [persn]}]}\n"
                     f"sinks: ['jsonl://{out}']\n", encoding="utf-8")
-    assert_one_line_error(run_cli("run", "--config", str(typo)), "line 'a': class 'persn' is not one of the model's")
+    assert_one_line_error(run_cli("run", "--config", str(typo)), "line a: unknown class 'persn'")
     assert out.read_text() == "old\n"
 
 
