@@ -46,8 +46,9 @@ def test_a_bad_second_sink_leaves_the_first_ones_output_alone(tmp_path: Path, sp
     sf.write(str(wav), np.zeros(SR, np.float32), SR)
     events = tmp_path / "events.jsonl"
     events.write_text('{"type": "segment"}\n' * 10)
+    (tmp_path / "blocked").write_text("a file where the second sink wants a folder")
     before = events.read_bytes()
     r = run_cli("run", "--task", "vad", "--model", str(speech_models / "silero_vad.onnx"), "--source", str(wav),
-                "--sink", f"jsonl://{events}", "--sink", f"jsonl://{tmp_path}/no-such-folder/e.jsonl")
-    assert_one_line_error(r, "no-such-folder does not exist")
+                "--sink", f"jsonl://{events}", "--sink", f"jsonl://{tmp_path}/blocked/e.jsonl")
+    assert_one_line_error(r, "cannot write events here")
     assert events.read_bytes() == before
