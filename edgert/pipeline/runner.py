@@ -33,11 +33,13 @@ a fraction of a second. The signal handlers are in place from the start of :meth
 last sink has closed: a signal before the sinks open leaves every output untouched, and a second one while
 they close still finalises the files (network sinks close first and stop waiting). A graceful stop has a
 deadline (:mod:`edgert.pipeline.limits`), past which what is in flight is dropped, counted.
+
+What flows through the stages (frames, batches, each source's feed) is :mod:`edgert.pipeline.feeds`; the summary a
+run returns is built by :mod:`edgert.pipeline.summary`.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -46,7 +48,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -54,7 +55,9 @@ import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
+from edgert.pipeline.feeds import _Batch, _Feed, _Frame
 from edgert.pipeline.observer import PipelineObserver
+from edgert.pipeline.summary import run_summary
 from edgert.redact import redact
 from edgert.stats import STAGES, PipelineStats
 
@@ -67,103 +70,8 @@ _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
 _ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck in a source or a driver
 
 
-@dataclass(eq=False)
-class _Frame:
-    """One frame in flight and the pixel buffer it owns (it always goes back to its own source's free list)."""
-
-    pixels: np.ndarray | None = None
-    detections: Any = None
-    index: int = 0  # frame number within its source
-    feed: int = 0  # which source
-    timestamp: float = 0.0  # wall clock at capture (time.time()), what sinks write
-    media_time: float = 0.0  # the frame's time on its source's clock: what analytics run on (sources.media_time)
-    started: float = 0.0
-    file: str | None = None
-    meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
-    timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
-
-
 class _StoppedAtStart(Exception):
     """A stop was requested while the sinks were being prepared: none is opened (truncated)."""
-
-
-@dataclass(eq=False)
-class _Batch:
-    seq: int
-    frames: list[_Frame]
-
-
-class _Feed:
-    """One source of the pipeline: its frames, its own sinks and its figures."""
-
-    def __init__(self, index: int, name: str, source: Any, config: Any = None) -> None:
-        self.index = index
-        self.name = name
-        self.source = source
-        self.config = config  # its SourceConfig when the pipeline opened it
-        self.frames: tuple[_Frame, ...] = ()
-        self.free: queue.Queue[_Frame] = queue.Queue()
-        self.pending: collections.deque[_Frame] = collections.deque()
-        self.ended = False
-        self.end_reason = "end of input"
-        self.error: str | None = None
-        self.workers: list[Any] = []
-        self.draw = False
-        self.done = 0
-        self.detections = 0
-        self.first_done: float | None = None
-        self.last_done: float | None = None
-        self.buffer_allocations = 0
-        self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
-        self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
-        self.opened = False  # its source opened (edgert.pipeline.startup); a source that did not is reported
-
-    def fps(self) -> float:
-        if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
-            return 0.0
-        return (self.done - 1) / (self.last_done - self.first_done)
-
-    def undecodable(self) -> dict[str, int]:
-        """Frames the source could not decode, by reason (a damaged file): not drops, the input lacked them."""
-        by_reason = getattr(self.source, "skipped_by_reason", None)
-        if by_reason:
-            return {str(k): int(v) for k, v in by_reason.items() if v}
-        skipped = int(getattr(self.source, "skipped", 0) or 0)
-        return {"corrupt_frames": skipped} if skipped else {}
-
-    def drops(self) -> dict[str, int]:
-        """Frames that were there and not processed: stale live frames, frames a slow sink skipped."""
-        out: dict[str, int] = {}
-        if self.source.live and self.source.dropped:
-            out["stale_frames"] = int(self.source.dropped)
-        for worker in self.workers:
-            if worker.dropped and not worker.sink.skips_frames:
-                out[f"sink:{redact(worker.sink.uri)}"] = int(worker.dropped)
-        return out
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
-            "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
-            "time_base": time_base(self.source),
-            # seconds of the source's own time the run covered: the base for rates (crossings per minute)
-            "media_s": round(self.media_span[1] - self.media_span[0], 3) if self.media_span else 0.0,
-            "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
-            "sinks": [redact(w.sink.uri) for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
-        }
-        if self.error is not None:
-            out["error"] = redact(self.error)
-        if self.stages:
-            from edgert.analytics.stages import stages_summary
-
-            out.update(stages_summary(self.stages))
-        return out
-
-
-def time_base(source: Any) -> str:
-    from edgert.vision.sources import time_base as source_time_base
-
-    return source_time_base(source)
 
 
 class Pipeline:
@@ -894,89 +802,15 @@ class Pipeline:
             return "max_frames"
         return "end of input"
 
-    def _undecodable(self) -> dict[str, int]:
-        """Every source's undecodable frames by reason (counted apart from ``drops``: they never existed)."""
-        totals: dict[str, int] = {}
-        for feed in self._feeds:
-            for reason, n in feed.undecodable().items():
-                totals[reason] = totals.get(reason, 0) + n
-        return totals
-
-    def _time_base(self) -> Any:
-        """What the analytics' times are: one word for the run, or one per source when they differ."""
-        bases = {feed.name: time_base(feed.source) for feed in self._feeds}
-        return next(iter(bases.values())) if len(set(bases.values())) == 1 else bases
-
     def summary(self, wall_s: float | None = None) -> dict[str, Any]:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
         drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
-        ``gpu_ms``."""
-        stats = self.stats
+        ``gpu_ms`` (built by :func:`edgert.pipeline.summary.run_summary`)."""
         self._update_drops()
-        names = self._names
-        per_class = {
-            (names[cid] if 0 <= cid < len(names) else str(cid)): n
-            for cid, n in sorted(self._class_counts.items(), key=lambda kv: -kv[1])
-        }
-        processor = self._processor
-        feeds = self._feeds
-        summary: dict[str, Any] = {
-            "model": self.config.model.path,
-            "backend": self._info.get("backend"),
-            "processing": getattr(processor, "kind", None),
-            "processor": processor.describe() if processor is not None else None,
-            "source": feeds[0].source.info() if len(feeds) == 1 else None,
-            "sources": [feed.summary() for feed in feeds],
-            "sinks": [redact(w.sink.uri) for w in self._workers],
-            "frames": stats.frames,
-            "fps": round(stats.average_fps, 2),
-            "latency_ms": stats.latency_ms(),
-            "dropped": stats.dropped,
-            "drops": dict(stats.drops),
-            "undecodable": self._undecodable(),
-            "reconnects": sum(int(getattr(feed.source, "reconnects", 0)) for feed in feeds),
-            "detections": stats.detections,
-            "detections_per_class": per_class,
-            "stopped_by": self.stopped_by(),
-            "time_base": self._time_base(),
-            "slots": len(processor.slots) if processor is not None else 0,
-            "batch": getattr(processor, "batch", 1),
-            "frames_in_flight": len(self.frames),
-            "watts": None if stats.watts is None else round(float(stats.watts), 3),
-            "mj_per_frame": None,
-        }
-        staged = [feed for feed in feeds if feed.stages]
-        if len(staged) == 1 and len(feeds) == 1:
-            from edgert.analytics.stages import stages_summary
-
-            summary.update(stages_summary(staged[0].stages))
-        elif staged:
-            summary["counts"] = {feed.name: feed.summary().get("counts") for feed in staged}
-        skipped = {f"sink:{redact(w.sink.uri)}": int(w.dropped) for w in self._workers
-                   if w.sink.skips_frames and w.dropped}
-        if skipped:
-            summary["skipped"] = skipped  # frames a slow viewer skipped by design, not in dropped
-        notes = {redact(w.sink.uri): w.sink.note for w in self._workers if getattr(w.sink, "note", None)}
-        if notes:
-            summary["sink_notes"] = notes  # what a sink wrote, e.g. a video's codec (a fallback says so)
-        lost = {redact(w.sink.uri): w.lost for w in self._workers if getattr(w, "lost", 0)}
-        if lost:
-            summary["lost"] = lost  # frames a failed sink did not write
-        note = getattr(processor, "batch_note", None)
-        if note:
-            summary["batch_note"] = note
-        gpu = processor.stage_summary() if processor is not None else None
-        if gpu is not None:
-            summary["gpu_ms"] = gpu
-        if wall_s is not None:
-            summary["wall_s"] = round(wall_s, 3)
-        speech = getattr(processor, "speech_summary", None)
-        if speech is not None:
-            summary["task"] = self.config.task
-            summary["speech"] = speech()
-        if self._errors:
-            summary["error"] = redact(self._errors[0])
-        return summary
+        return run_summary(config=self.config, stats=self.stats, info=self._info, processor=self._processor,
+                           feeds=self._feeds, workers=self._workers, names=self._names,
+                           class_counts=self._class_counts, frames_in_flight=len(self.frames),
+                           stopped_by=self.stopped_by(), errors=self._errors, wall_s=wall_s)
 
 
 def _basename(path: str) -> str:

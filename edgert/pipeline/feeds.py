@@ -1,0 +1,111 @@
+"""What flows through the pipeline and what it keeps per source: :class:`_Frame` (one frame in flight and
+the pixel buffer it owns), :class:`_Batch` (frames handed to a slot together) and :class:`_Feed` (one source:
+its frame ring, its own sinks, its figures and its summary)."""
+
+from __future__ import annotations
+
+import collections
+import queue
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgert.redact import redact
+from edgert.stats import STAGES
+
+
+@dataclass(eq=False)
+class _Frame:
+    """One frame in flight and the pixel buffer it owns (it always goes back to its own source's free list)."""
+
+    pixels: np.ndarray | None = None
+    detections: Any = None
+    index: int = 0  # frame number within its source
+    feed: int = 0  # which source
+    timestamp: float = 0.0  # wall clock at capture (time.time()), what sinks write
+    media_time: float = 0.0  # the frame's time on its source's clock: what analytics run on (sources.media_time)
+    started: float = 0.0
+    file: str | None = None
+    meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
+    timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
+
+
+
+@dataclass(eq=False)
+class _Batch:
+    seq: int
+    frames: list[_Frame]
+
+
+class _Feed:
+    """One source of the pipeline: its frames, its own sinks and its figures."""
+
+    def __init__(self, index: int, name: str, source: Any, config: Any = None) -> None:
+        self.index = index
+        self.name = name
+        self.source = source
+        self.config = config  # its SourceConfig when the pipeline opened it
+        self.frames: tuple[_Frame, ...] = ()
+        self.free: queue.Queue[_Frame] = queue.Queue()
+        self.pending: collections.deque[_Frame] = collections.deque()
+        self.ended = False
+        self.end_reason = "end of input"
+        self.error: str | None = None
+        self.workers: list[Any] = []
+        self.draw = False
+        self.done = 0
+        self.detections = 0
+        self.first_done: float | None = None
+        self.last_done: float | None = None
+        self.buffer_allocations = 0
+        self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
+        self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
+        self.opened = False  # its source opened (edgert.pipeline.startup); a source that did not is reported
+
+    def fps(self) -> float:
+        if self.done < 2 or self.first_done is None or self.last_done is None or self.last_done <= self.first_done:
+            return 0.0
+        return (self.done - 1) / (self.last_done - self.first_done)
+
+    def undecodable(self) -> dict[str, int]:
+        """Frames the source could not decode, by reason (a damaged file): not drops, the input lacked them."""
+        by_reason = getattr(self.source, "skipped_by_reason", None)
+        if by_reason:
+            return {str(k): int(v) for k, v in by_reason.items() if v}
+        skipped = int(getattr(self.source, "skipped", 0) or 0)
+        return {"corrupt_frames": skipped} if skipped else {}
+
+    def drops(self) -> dict[str, int]:
+        """Frames that were there and not processed: stale live frames, frames a slow sink skipped."""
+        out: dict[str, int] = {}
+        if self.source.live and self.source.dropped:
+            out["stale_frames"] = int(self.source.dropped)
+        for worker in self.workers:
+            if worker.dropped and not worker.sink.skips_frames:
+                out[f"sink:{redact(worker.sink.uri)}"] = int(worker.dropped)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
+            "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
+            "time_base": time_base(self.source),
+            # seconds of the source's own time the run covered: the base for rates (crossings per minute)
+            "media_s": round(self.media_span[1] - self.media_span[0], 3) if self.media_span else 0.0,
+            "reconnects": int(getattr(self.source, "reconnects", 0)), "ended": self.end_reason,
+            "sinks": [redact(w.sink.uri) for w in self.workers], "capture": getattr(self.source, "capture", "thread"),
+        }
+        if self.error is not None:
+            out["error"] = redact(self.error)
+        if self.stages:
+            from edgert.analytics.stages import stages_summary
+
+            out.update(stages_summary(self.stages))
+        return out
+
+
+def time_base(source: Any) -> str:
+    from edgert.vision.sources import time_base as source_time_base
+
+    return source_time_base(source)
