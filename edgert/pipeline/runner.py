@@ -70,10 +70,6 @@ _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
 _ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck in a source or a driver
 
 
-class _StoppedAtStart(Exception):
-    """A stop was requested while the sinks were being prepared: none is opened (truncated)."""
-
-
 class Pipeline:
     """One model on one or several sources, feeding any number of sinks, on the CPU or the GPU processor.
 
@@ -215,6 +211,7 @@ class Pipeline:
     def _run(self, started: float) -> dict[str, Any]:
         from edgert.pipeline.choice import open_processor
         from edgert.pipeline.hooks import RunHooks
+        from edgert.pipeline.sinks import open_sinks
         from edgert.pipeline.startup import close_order, enter_sources
         from edgert.speech.stages import SPEECH_TASKS
 
@@ -244,7 +241,7 @@ class Pipeline:
                     enter_sources(self._feeds, stack, self._stop.is_set)
                     self._make_stages()  # bad lines and zones are refused before any sink truncates its file
                     self._allocate(processor)  # the frames too, before any output is truncated
-                    self._open_sinks()
+                    open_sinks(self)
                     try:
                         self._info = self._start_info(processor)
                         if not self._stop.is_set():  # a signal during start-up: outputs were left alone
@@ -299,78 +296,6 @@ class Pipeline:
         # The file itself is read once; looping happens over the frames in memory.
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
-
-    def _open_sinks(self) -> None:
-        """Every sink checked, locked and bound before any truncates its file (a run that cannot start leaves
-        existing outputs alone), then opened; a sink failing mid-run stops the run with its error."""
-        from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
-        from edgert.vision.sinks.plan import sink_plan
-
-        feeds = self._feeds
-        several = len(feeds) > 1
-        from edgert.pipeline.startup import open_feeds
-
-        live = open_feeds(feeds)  # a source that did not open gets no sinks: its outputs are left alone
-        own = [feed.config.sinks if feed.config is not None else () for feed in live]
-        plan: list[tuple[Any, _Feed | None]] = [  # (spec, the feed it is for; None: shared)
-            (spec, None if i is None else live[i])
-            for spec, i in sink_plan(self._sink_specs, [feed.name for feed in live], own)]
-        prepared: list[tuple[Any, _Feed | None]] = []
-        try:
-            for spec, owner in plan:
-                sink = as_sink(spec, self._sink_title(owner))
-                prepared.append((sink, owner))
-                if sink.needs_image and getattr(self._processor, "kind", "") == "speech":
-                    raise ConfigError(f"sink {sink.uri} draws frames; a speech task has none. Note: speech events "
-                                      "go to jsonl://, mqtt:// or a callback")
-                if owner is None and several and sink.needs_image and not sink.multi_source:
-                    raise ConfigError(f"sink {sink.uri} draws frames, and this run has {len(feeds)} sources. Note: "
-                                      "give it a {source} placeholder (out-{source}.mp4) or list it under one "
-                                      "source's sinks")
-                sink.prepare()
-            if self._stop.is_set():  # a signal while starting: release what was claimed, truncate nothing
-                raise _StoppedAtStart
-            self._outputs_open = True
-            for sink, owner in prepared:
-                # The first source's size and rate for a shared sink; a multi-source one reads each frame's own.
-                src = (owner or live[0]).source
-                names = (owner.name,) if owner is not None else tuple(feed.name for feed in feeds)
-                sink.open(StreamInfo(src.width, src.height, src.fps, self._names, self._sink_title(owner),
-                                     self.stats, names))
-                worker = SinkWorker(sink, on_failure=self._sink_failed)
-                worker.start()
-                self._workers.append(worker)
-                if owner is None:
-                    self._shared.append(worker)
-                else:
-                    owner.workers.append(worker)
-        except BaseException as failure:
-            for worker in self._workers:
-                worker.close()
-            for sink, _ in prepared[len(self._workers):]:
-                try:
-                    sink.close()
-                except Exception as exc:  # releasing must not hide the error that stopped the start
-                    log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
-            self._workers, self._shared = [], []
-            for feed in feeds:
-                feed.workers = []
-            if isinstance(failure, _StoppedAtStart):
-                return
-            raise
-        shared_draw = any(w.sink.needs_image for w in self._shared)
-        for feed in feeds:
-            feed.draw = shared_draw or any(w.sink.needs_image for w in feed.workers)
-
-    def _sink_title(self, owner: _Feed | None) -> str:
-        model = _basename(self.config.model.path)
-        if owner is None and len(self._feeds) > 1:
-            return f"{model} on {len(self._feeds)} sources"
-        return f"{model} on {(owner or self._feeds[0]).source.uri}"
-
-    def _sink_failed(self, worker: Any) -> None:
-        self._errors.append(worker.error)
-        self.request_stop("sink failed")
 
     def _allocate(self, processor: Any) -> None:
         # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
@@ -811,7 +736,3 @@ class Pipeline:
                            feeds=self._feeds, workers=self._workers, names=self._names,
                            class_counts=self._class_counts, frames_in_flight=len(self.frames),
                            stopped_by=self.stopped_by(), errors=self._errors, wall_s=wall_s)
-
-
-def _basename(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1] or "model"
