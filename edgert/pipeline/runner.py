@@ -35,7 +35,10 @@ they close still finalises the files (network sinks close first and stop waiting
 deadline (:mod:`edgert.pipeline.limits`), past which what is in flight is dropped, counted.
 
 What flows through the stages (frames, batches, each source's feed) is :mod:`edgert.pipeline.feeds`; the summary a
-run returns is built by :mod:`edgert.pipeline.summary`.
+run returns is built by :mod:`edgert.pipeline.summary`. Steps that run once or once per frame are beside this
+module, which only moves frames between threads: opening the sinks (:mod:`edgert.pipeline.sinks`), the frame
+ring (:mod:`edgert.pipeline.frames`), each frame's last step (:mod:`edgert.pipeline.finish`) and the signal
+handlers (:mod:`edgert.pipeline.signals`).
 """
 
 from __future__ import annotations
@@ -44,14 +47,10 @@ import contextlib
 import dataclasses
 import logging
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
-
-import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
@@ -65,7 +64,7 @@ __all__ = ["Pipeline"]
 
 log = logging.getLogger(__name__)
 
-_CAPTURE, _SINKS, _TOTAL = STAGES.index("capture"), STAGES.index("sinks"), STAGES.index("total")
+_CAPTURE = STAGES.index("capture")
 _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
 _ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck in a source or a driver
 
@@ -191,9 +190,10 @@ class Pipeline:
         # output untouched), and they stay until the last file sink is closed, so a second signal during the
         # close still finalises the files.
         from edgert.pipeline.limits import StopDeadline, stop_deadline_s
+        from edgert.pipeline.signals import install_signals
 
         self._deadline = StopDeadline(stop_deadline_s(), self._stop_overdue)
-        restore = self._install_signals()
+        restore = install_signals(self)
         try:
             return self._run(started)
         finally:
@@ -210,6 +210,7 @@ class Pipeline:
 
     def _run(self, started: float) -> dict[str, Any]:
         from edgert.pipeline.choice import open_processor
+        from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
         from edgert.pipeline.startup import close_order, enter_sources
@@ -240,7 +241,8 @@ class Pipeline:
                             start()
                     enter_sources(self._feeds, stack, self._stop.is_set)
                     self._make_stages()  # bad lines and zones are refused before any sink truncates its file
-                    self._allocate(processor)  # the frames too, before any output is truncated
+                    # the frames too, before any output is truncated
+                    allocate_frames(self._feeds, processor, self.config.runtime.queue_size)
                     open_sinks(self)
                     try:
                         self._info = self._start_info(processor)
@@ -251,7 +253,7 @@ class Pipeline:
                             worker.close()
                     summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
             finally:
-                self._release_frames()
+                release_frames(self._feeds)
                 if self._owns_processor:
                     processor.close()
         finally:
@@ -297,28 +299,6 @@ class Pipeline:
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
-    def _allocate(self, processor: Any) -> None:
-        # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
-        # and the sinks take the last; each one more adds one frame of latency.
-        share = max(1, -(-processor.batch // len(self._feeds)))
-        count = max(self.config.runtime.queue_size, 2 * len(processor.slots) * share)
-        from edgert.pipeline.limits import check_frame_memory
-
-        check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))
-                            for f in self._feeds if f.opened], count)  # before any output is truncated
-        for feed in self._feeds:
-            if not feed.opened:
-                continue
-            attach = getattr(feed.source, "attach", None)
-            if attach is not None:  # a capture worker's ring: its slots are the frames' pixels, lent per frame
-                attach(count, getattr(processor, "register_frames", None))
-                feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
-            else:
-                feed.frames = tuple(_Frame(feed=feed.index, pixels=self._frame_buffer(processor, feed))
-                                    for _ in range(count))
-            for f in feed.frames:
-                feed.free.put(f)
-
     def _make_stages(self) -> None:
         if self.config.track is not None or self.config.analytics.enabled:
             from edgert.analytics.stages import make_result_stages
@@ -328,24 +308,6 @@ class Pipeline:
                     continue  # a source that did not open has no frame to check its lines on
                 size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
                 feed.stages = make_result_stages(self.config, feed.source.fps, size, self._names, feed.name)
-
-    @staticmethod
-    def _frame_buffer(processor: Any, feed: _Feed) -> np.ndarray | None:
-        """The processor's buffer for this source's frame size (GPU: page-locked), or None (the first read
-        allocates one). A source that does not know its size yet, or changes it, simply gets new arrays."""
-        width, height = getattr(feed.source, "width", None), getattr(feed.source, "height", None)
-        make = getattr(processor, "frame_buffer", None)
-        if not width or not height or make is None:
-            return None
-        buf: np.ndarray | None = make(int(height), int(width))
-        return buf
-
-    def _release_frames(self) -> None:
-        """Let go of the frames' pixel buffers before the processor closes (its page-locked memory is freed
-        with its CUDA context current)."""
-        for feed in self._feeds:
-            for f in feed.frames:
-                f.pixels = None
 
     def _start_info(self, processor: Any) -> dict[str, Any]:
         first = self._feeds[0].source
@@ -409,33 +371,6 @@ class Pipeline:
             pass
         except BaseException as exc:  # any stage's failure stops the whole pipeline and is re-raised by run()
             self._fail(exc)
-
-    def _install_signals(self) -> Callable[[], None]:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        first_at: list[float] = []
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            name = signal.Signals(signum).name
-            now = time.monotonic()
-            if not first_at:
-                first_at.append(now)
-                log.warning("%s: finishing the frames in flight, then stopping", name)
-                self.request_stop(name)
-            elif now - first_at[0] > 0.5:  # a copy of the same signal (e.g. sent to the process group) is not
-                log.warning("%s again: stopping now", name)  # a second request
-                self.abort(name)
-                if not self._outputs_open:  # nothing written yet (a model still loading, an engine building):
-                    raise KeyboardInterrupt  # leave at once
-
-        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-        def restore() -> None:
-            for sig, h in old.items():
-                signal.signal(sig, h)
-
-        return restore
 
     def _get(self, q: queue.Queue[Any]) -> Any:
         """Next item of ``q``; None when the pipeline aborts (even with items still queued: a second signal
@@ -581,6 +516,8 @@ class Pipeline:
             out.put(None)
 
     def _results(self, inq: queue.Queue[_Batch | None], lanes: int) -> None:
+        from edgert.pipeline.finish import finish, finish_tail
+
         pending: dict[int, _Batch] = {}  # batches that finished before an earlier one (several slots)
         following = 0
         ended = 0
@@ -596,102 +533,11 @@ class Pipeline:
                 b = pending.pop(following)
                 following += 1
                 for f in b.frames:
-                    self._finish(f)
+                    finish(self, f)
         drain = getattr(self._processor, "drain", None)  # speech: what Whisper's worker finished after the last chunk
         if drain is not None:
             for index, result in drain():
-                self._finish_tail(self._feeds[index], result)
-
-    def _finish_tail(self, feed: _Feed, result: Any) -> None:
-        """Events a processor still held when the last frame was through, to the sinks: a result of no frame."""
-        from edgert.vision.sinks import FrameResult
-
-        events = list(result.events)
-        if not events:
-            return
-        if len(self._feeds) > 1:
-            for event in events:
-                event["source"] = feed.name
-        tail = FrameResult(feed.done, time.time(), result, None, None, feed.name, events, frame_record=False)
-        for worker in (*self._shared, *feed.workers):
-            worker.offer(tail, abort=self._abort)
-
-    def _finish(self, f: _Frame) -> None:
-        from edgert.vision.draw import draw_detections
-        from edgert.vision.sinks import FrameResult
-
-        feed = self._feeds[f.feed]
-        t1 = time.perf_counter()
-        detections = f.detections
-        events: list[dict[str, Any]] = list(getattr(detections, "events", ()))  # speech: wake words, transcripts
-        if feed.stages:
-            from edgert.analytics.stages import run_stages
-
-            detections, events = run_stages(feed.stages, detections, f.index, f.media_time)
-        if len(self._feeds) > 1:
-            for event in events:
-                event["source"] = feed.name
-        workers = (*self._shared, *feed.workers) if feed.workers else self._shared
-        if workers:
-            draw = feed.draw and f.pixels is not None
-            if draw and f.pixels is not None:
-                draw_detections(f.pixels, detections)
-                if self.config.analytics.enabled:
-                    self._draw_analytics(f.pixels, feed)
-            result = FrameResult(f.index, f.timestamp, detections, f.pixels if draw else None, f.file, feed.name,
-                                 events, frame_record=getattr(detections, "frame_record", True))
-            for worker in workers:
-                worker.offer(result, abort=self._abort)
-        done = time.perf_counter()
-        f.timings[_SINKS] = done - t1
-        f.timings[_TOTAL] = done - f.started
-        for cid in detections.class_id.tolist():
-            self._class_counts[cid] = self._class_counts.get(cid, 0) + 1
-        count = len(detections)
-        self.stats.record_frame(f.timings, count, feed.name, events)
-        feed.done += 1
-        feed.detections += count
-        if feed.first_done is None:
-            feed.first_done = done
-        feed.last_done = done
-        feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
-        if self.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
-            self._update_drops()
-        if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
-            self.stats.sources = {**self.stats.sources, feed.name: {
-                "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
-                "reconnects": int(getattr(feed.source, "reconnects", 0))}}
-        if feed.stages and feed.done % 10 == 1:  # lines and zones of every source, labelled by it
-            counts = feed.stages[-1].summary().get("counts")
-            self.stats.analytics_by_source = {**self.stats.analytics_by_source, feed.name: counts}
-            if feed.index == 0:
-                self.stats.analytics_counts = counts
-        f.detections = None
-        feed.free.put(f)
-        if not self._info.get("_started"):
-            self._info["_started"] = True
-            self._notify("on_start", {k: v for k, v in self._info.items() if not k.startswith("_")})
-        self._notify("on_frame", self.stats)
-
-    def _draw_analytics(self, pixels: np.ndarray, feed: _Feed) -> None:
-        from edgert.vision.draw import draw_analytics
-
-        analytics = getattr(getattr(feed.stages[-1], "analytics", None), "config", None) if feed.stages else None
-        analytics = analytics or self.config.analytics  # the lines and zones as checked for this source (pixels)
-        counts = feed.stages[-1].summary().get("counts") if feed.stages else None
-        draw_analytics(pixels, analytics.lines, analytics.zones, counts)
-
-    def _update_drops(self) -> None:
-        totals: dict[str, int] = {}
-        for feed in self._feeds:
-            for reason, n in feed.drops().items():
-                if not reason.startswith("sink:"):
-                    totals[reason] = totals.get(reason, 0) + n
-        for reason, n in totals.items():
-            self.stats.set_drops(reason, n)
-        for worker in self._workers:
-            if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
-                self.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
+                finish_tail(self, self._feeds[index], result)
 
     def _progress(self) -> None:
         """Work inside one frame moved on (a decoder step of a long Whisper window): observers with an
@@ -731,7 +577,9 @@ class Pipeline:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
         drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
         ``gpu_ms`` (built by :func:`edgert.pipeline.summary.run_summary`)."""
-        self._update_drops()
+        from edgert.pipeline.finish import update_drops
+
+        update_drops(self)
         return run_summary(config=self.config, stats=self.stats, info=self._info, processor=self._processor,
                            feeds=self._feeds, workers=self._workers, names=self._names,
                            class_counts=self._class_counts, frames_in_flight=len(self.frames),
