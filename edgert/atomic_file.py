@@ -50,13 +50,15 @@ def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -
     return target
 
 
-def replace_file(path: str | Path, data: bytes | str, mode: int = 0o644) -> None:
+def replace_file(path: str | Path, data: bytes | str, mode: int = 0o644, make_folder: bool = True) -> None:
     """Write ``data`` (text as UTF-8) to a unique temporary file beside ``path`` and rename it over ``path``,
     with permissions ``mode`` whatever the umask (``mkstemp`` makes 0600; engines, caches and unit files are
     read by other users). A killed writer never leaves half a file; unlike :func:`write_atomic` it does not
-    sync (large engines, caches that can be rebuilt)."""
+    sync (large engines, caches that can be rebuilt). ``make_folder=False``: a missing folder is an error
+    (``FileNotFoundError``), for a writer whose folder being taken away must stop it, not be undone."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if make_folder:
+        target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -184,8 +184,8 @@ class ImageFolderSink(Sink):
             raise SinkError(f"{self.folder}: the folder was removed during the run; no frame is written from here")
         target = self.folder / self.name_for(result)
         try:
-            # Not write_image: it makes missing folders, and a folder taken away must not be made again.
-            replace_file(target, encode_image(result.image, target.suffix))
+            # Never make the folder here: a folder taken away mid-run must not be made again.
+            replace_file(target, encode_image(result.image, target.suffix), make_folder=False)
         except OSError as exc:
             raise SinkError(f"{target}: cannot write the image: {exc.strerror or exc}") from None
         except Exception as exc:
