@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from edgert.pipeline.feeds import _Feed, _Frame
-    from edgert.pipeline.runner import Pipeline
 
+
+#: The runner's Pipeline, typed loosely here: importing it (even for types) would make runner <-> this module a circle.
+Pipeline = Any
 __all__ = ["finish", "finish_tail", "update_drops"]
 
 _SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")

@@ -13,11 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from edgert.pipeline.runner import Pipeline
-
+#: The runner's Pipeline, typed loosely here: importing it (even for types) would make runner <-> this module a circle.
+Pipeline = Any
 __all__ = ["install_signals"]
 
 log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as before the split

@@ -14,8 +14,10 @@ from edgert.errors import ConfigError
 
 if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Feed
-    from edgert.pipeline.runner import Pipeline
 
+
+#: The runner's Pipeline, typed loosely here: importing it (even for types) would make runner <-> this module a circle.
+Pipeline = Any
 __all__ = ["open_sinks", "sink_title"]
 
 log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as before the split
