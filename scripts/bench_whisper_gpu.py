@@ -15,7 +15,7 @@ first N) transcribed once; RTF = wall seconds / audio seconds over those clips; 
 (``null`` where no GPU meter reads, as on a CPU machine). The pairs are interleaved clip by clip, so a
 machine whose load or clocks drift weighs on all alike.
 
-On the device (the lead's command; kit from /work/shared/gpu/README.md):
+On the device (the lead's command; kit from ../shared/gpu/README.md):
 
     python scripts/bench_whisper_gpu.py --backend onnxruntime-cuda --out whisper_gpu.json
 
