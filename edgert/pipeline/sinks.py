@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from edgert.errors import ConfigError
+from edgert.redact import redact
 
 if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Feed
@@ -82,7 +83,7 @@ def open_sinks(p: Pipeline) -> None:
             try:
                 sink.close()
             except Exception as exc:  # releasing must not hide the error that stopped the start
-                log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+                log.warning("sink %s did not release cleanly: %s", redact(sink.uri), exc)
         p._workers, p._shared = [], []
         for feed in feeds:
             feed.workers = []

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edgert.errors import SourceError
+from edgert.redact import redact
 from edgert.vision.capture.ring import FrameRing, slot_bytes_for
 from edgert.vision.sources import FrameSource
 
@@ -107,7 +108,8 @@ class ProcessCaptureSource(FrameSource):
         self.width, self.height, self.fps = int(info["width"]), int(info["height"]), info["fps"]
         self.live, self.kind = bool(info["live"]), str(info["kind"])
         self._opened = True
-        log.info("capture worker %d for %s: %dx%d (%s)", self._proc.pid, self.uri, self.width, self.height, self.kind)
+        log.info("capture worker %d for %s: %dx%d (%s)", self._proc.pid, redact(self.uri), self.width, self.height,
+                 self.kind)
 
     def attach(self, frames: int, register: Any = None) -> None:
         """Make the ring: ``frames`` slots the pipeline may hold plus :data:`READ_AHEAD`. ``register(array,
@@ -131,7 +133,8 @@ class ProcessCaptureSource(FrameSource):
             try:
                 register(ring.array, slot_bytes, ring.slots)
             except BackendError as exc:  # still correct, one host copy per frame more: say so, go on
-                log.warning("%s: frame ring not page-locked (%s); frames go through the staging copy", self.uri, exc)
+                log.warning("%s: frame ring not page-locked (%s); frames go through the staging copy",
+                            redact(self.uri), exc)
 
     def stop(self) -> None:
         self._stopping.set()

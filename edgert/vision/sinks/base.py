@@ -22,6 +22,7 @@ import numpy as np
 
 from edgert.errors import OutputClosed, SinkError, last_line
 from edgert.output_lock import lock_output
+from edgert.redact import redact
 from edgert.stats import PipelineStats
 from edgert.vision.detections import Detections
 from edgert.vision.uri import file_path_text
@@ -382,7 +383,7 @@ def release_sinks(sinks: Sequence[Sink]) -> None:
         try:
             sink.close()
         except Exception as exc:
-            log.warning("sink %s did not release cleanly: %s", sink.uri, exc)
+            log.warning("sink %s did not release cleanly: %s", redact(sink.uri), exc)
 
 
 def local_path(uri: str) -> tuple[str, Path]:

@@ -54,7 +54,7 @@ class LiveSource(FrameSource):
         try:
             cap = self._opener()
         except Exception as exc:  # OpenCV raises cv2.error, a plain Exception subclass
-            raise SourceError(f"{self.uri}: cannot open: {redact(last_line(exc))}") from exc
+            raise SourceError(f"{redact(self.uri)}: cannot open: {redact(last_line(exc))}") from exc
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
@@ -81,7 +81,7 @@ class LiveSource(FrameSource):
         self._stopping.clear()
         self._start_grabber(cap, np.empty_like(frame))
         self._opened = True
-        log.info("opened %s: %dx%d at %s fps", self.uri, self.width, self.height, self.fps)
+        log.info("opened %s: %dx%d at %s fps", redact(self.uri), self.width, self.height, self.fps)
 
     def _connect_at_start(self) -> Any:
         """Connect, retrying a camera or stream that is not up yet with the backoff used after a loss, for at
