@@ -54,9 +54,9 @@ def test_one_launch_per_batch_equals_each_frame_alone(assets: Path, tmp_path: Pa
     from edgert.stats import STAGES
     from edgert.vision.gpu_decode import emulate_filter
     from edgert.vision.gpu_preprocess import emulate_letterbox
-    from tests.gpu.test_gpu_device import _frames
+    from tests.gpu.test_gpu_device import _frames, _model
 
-    src = assets / "models" / "detection" / name
+    src = _model(assets, name)
     frames = _frames(assets, 2)  # two vtest frames, bus.jpg (portrait, larger), a small image (upscaled)
     b = len(frames)
     config = PipelineConfig(model=ModelConfig(path=str(batched_model_path(src, tmp_path))),

@@ -84,7 +84,10 @@ def test_resize_reference_is_bit_exact_with_cv2(assets: Path) -> None:
     """Downscale and upscale, every asset image: the kernel's arithmetic equals cv2.resize(INTER_LINEAR)."""
     worst = 0
     checked = 0
-    for img in _images(assets):
+    images = _images(assets)
+    if len(images) < 40:  # the full assets folder has 40 images (PNG too) and a vtest frame
+        pytest.skip(f"{len(images)} images in {assets}: the reference check needs every asset image")
+    for img in images:
         h, w = img.shape[:2]
         for dst in (416, 640, 1000):
             r = min(dst / h, dst / w)
