@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.pipeline.processor import Processor
+
+if TYPE_CHECKING:
+    from edgert.vision.detector import Detector
 
 __all__ = ["GPU_ONLY_KEYS", "batched_model", "open_processor", "resolve_processing"]
 
@@ -105,7 +108,8 @@ def batched_model(path: str, batch: int) -> tuple[str, int, str | None]:
         return path, 1, note
 
 
-def open_processor(config: PipelineConfig, detector: Any = None, batch: int | None = 1, sources: int = 1) -> Processor:
+def open_processor(config: PipelineConfig, detector: Detector | None = None, batch: int | None = 1,
+                   sources: int = 1) -> Processor:
     """The processor ``config`` asks for (see :func:`resolve_processing`), with its slots opened.
 
     ``batch``: frames per engine call (several sources batched together); None: ``runtime.batch``, else one per

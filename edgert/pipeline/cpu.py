@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import Preprocessor
 
+if TYPE_CHECKING:
+    from edgert.backends import Session
+    from edgert.pipeline.parts import JSONDict
+    from edgert.vision.detector import Detector
+
 __all__ = ["CpuProcessor", "CpuSlot"]
 
 log = logging.getLogger(__name__)
@@ -41,7 +46,7 @@ _PRE, _INFER, _POST = STAGES.index("preprocess"), STAGES.index("infer"), STAGES.
 class CpuSlot(ProcessorSlot):
     """One session fork with its own preprocessor and decoder; ``batch`` frames per engine call."""
 
-    def __init__(self, session: Any, preprocessor: Preprocessor, decoder: Decoder, input_name: str,
+    def __init__(self, session: Session, preprocessor: Preprocessor, decoder: Decoder, input_name: str,
                  owned: bool, batch: int = 1) -> None:
         self.session = session
         self.preprocessor = preprocessor
@@ -84,7 +89,7 @@ class CpuProcessor(Processor):
 
     kind = "cpu"
 
-    def __init__(self, config: PipelineConfig, backend: str, detector: Any = None, batch: int = 1) -> None:
+    def __init__(self, config: PipelineConfig, backend: str, detector: Detector | None = None, batch: int = 1) -> None:
         super().__init__()
         from edgert.vision.detector import Detector
         from edgert.vision.opened import fill_other_inputs
@@ -131,7 +136,7 @@ class CpuProcessor(Processor):
             for _ in range(max(0, runs)):
                 slot.session.infer()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         return {"kind": self.kind, "slots": len(self.slots), "batch": self.batch, "threads_per_slot": self.threads,
                 "decoder": self.decoder_kind}
 

@@ -7,12 +7,19 @@ from __future__ import annotations
 import collections
 import queue
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgert.redact import redact
 from edgert.stats import STAGES
+
+if TYPE_CHECKING:
+    from edgert.analytics.stages import ResultStage
+    from edgert.config import SourceConfig
+    from edgert.pipeline.parts import JSONDict, PipelineSource
+    from edgert.vision.detections import Detections
+    from edgert.vision.sinks import SinkWorker
 
 
 @dataclass(eq=False)
@@ -20,7 +27,7 @@ class _Frame:
     """One frame in flight and the pixel buffer it owns (it always goes back to its own source's free list)."""
 
     pixels: np.ndarray | None = None
-    detections: Any = None
+    detections: Detections | None = None  # what its slot found (an audio chunk's: a SpeechResult)
     index: int = 0  # frame number within its source
     feed: int = 0  # which source
     timestamp: float = 0.0  # wall clock at capture (time.time()), what sinks write
@@ -30,6 +37,11 @@ class _Frame:
     meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
+    def image(self) -> np.ndarray:
+        """Its pixels, once the capture stage has read into it (every frame handed to a slot)."""
+        if self.pixels is None:
+            raise RuntimeError(f"frame {self.index} of source {self.feed} has no pixels: it was never captured into")
+        return self.pixels
 
 
 @dataclass(eq=False)
@@ -41,7 +53,7 @@ class _Batch:
 class _Feed:
     """One source of the pipeline: its frames, its own sinks and its figures."""
 
-    def __init__(self, index: int, name: str, source: Any, config: Any = None) -> None:
+    def __init__(self, index: int, name: str, source: PipelineSource, config: SourceConfig | None = None) -> None:
         self.index = index
         self.name = name
         self.source = source
@@ -52,7 +64,7 @@ class _Feed:
         self.ended = False
         self.end_reason = "end of input"
         self.error: str | None = None
-        self.workers: list[Any] = []
+        self.workers: list[SinkWorker] = []
         self.draw = False
         self.done = 0
         self.detections = 0
@@ -60,7 +72,7 @@ class _Feed:
         self.last_done: float | None = None
         self.buffer_allocations = 0
         self.media_span: tuple[float, float] | None = None  # media time of its first and last finished frame
-        self.stages: list[Any] = []  # tracking, then lines and zones (edgert.analytics), on this source's frames
+        self.stages: list[ResultStage] = []  # tracking, then lines and zones (edgert.analytics), on its frames
         self.opened = False  # its source opened (edgert.pipeline.startup); a source that did not is reported
 
     def fps(self) -> float:
@@ -86,8 +98,8 @@ class _Feed:
                 out[f"sink:{redact(worker.sink.uri)}"] = int(worker.dropped)
         return out
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def summary(self) -> JSONDict:
+        out: JSONDict = {
             "name": self.name, "uri": self.source.uri, "frames": self.done, "fps": round(self.fps(), 2),
             "detections": self.detections, "drops": self.drops(), "undecodable": self.undecodable(),
             "time_base": time_base(self.source),
@@ -105,7 +117,7 @@ class _Feed:
         return out
 
 
-def time_base(source: Any) -> str:
+def time_base(source: PipelineSource) -> str:
     from edgert.vision.sources import time_base as source_time_base
 
     return source_time_base(source)

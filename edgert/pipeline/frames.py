@@ -8,16 +8,19 @@ What a frame is lives in :mod:`edgert.pipeline.feeds`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgert.pipeline.feeds import _Feed, _Frame
 
+if TYPE_CHECKING:
+    from edgert.pipeline.processor import Processor
+
 __all__ = ["allocate_frames", "release_frames"]
 
 
-def allocate_frames(feeds: Sequence[_Feed], processor: Any, queue_size: int) -> None:
+def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: int) -> None:
     """Give every source that opened its frames (free to be captured into), after checking they fit in memory."""
     # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
     # and the sinks take the last; each one more adds one frame of latency.
@@ -41,7 +44,7 @@ def allocate_frames(feeds: Sequence[_Feed], processor: Any, queue_size: int) -> 
             feed.free.put(f)
 
 
-def _frame_buffer(processor: Any, feed: _Feed) -> np.ndarray | None:
+def _frame_buffer(processor: Processor, feed: _Feed) -> np.ndarray | None:
     """The processor's buffer for this source's frame size (GPU: page-locked), or None (the first read
     allocates one). A source that does not know its size yet, or changes it, simply gets new arrays."""
     width, height = getattr(feed.source, "width", None), getattr(feed.source, "height", None)

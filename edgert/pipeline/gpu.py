@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +46,12 @@ from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, finis
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
 from edgert.vision.opened import fill_other_inputs, open_model
 from edgert.vision.preprocess import LetterboxTransform, check_frame
+
+if TYPE_CHECKING:
+    from edgert.backends import Session
+    from edgert.backends.cuda import CudaDevice, DeviceBuffer, HostRegistration
+    from edgert.backends.gpu_session import GpuSession
+    from edgert.pipeline.parts import JSONDict
 
 __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memory_mode"]
 
@@ -86,9 +92,9 @@ class _Staging:
     def __init__(self) -> None:
         self.host: np.ndarray | None = None
         self.ptr = 0  # device address the letterbox kernel reads
-        self.device_copy: Any = None
+        self.device_copy: DeviceBuffer | None = None
 
-    def ensure(self, device: Any, nbytes: int, zero_copy: bool) -> None:
+    def ensure(self, device: CudaDevice, nbytes: int, zero_copy: bool) -> None:
         if self.host is not None and self.host.nbytes >= nbytes:
             return  # once per frame size: a camera's frames all have one
         with device.active():
@@ -119,11 +125,11 @@ class GpuSlot(ProcessorSlot):
     one small table), and one filter launch and one copy bring every sample's candidates back.
     """
 
-    def __init__(self, proc: GpuProcessor, session: Any) -> None:
+    def __init__(self, proc: GpuProcessor, session: GpuSession) -> None:
         self.proc = proc
         self.session = session
         self.batch = proc.batch
-        self.device = session.device
+        self.device: CudaDevice = session.device
         self.stream = session.stream
         name = proc.input_name
         self.input_ptr = session.device_inputs[name].ptr
@@ -148,8 +154,8 @@ class GpuSlot(ProcessorSlot):
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
 
-    def active(self) -> AbstractContextManager[Any]:
-        return self.device.active()  # type: ignore[no-any-return]
+    def active(self) -> AbstractContextManager[object]:
+        return self.device.active()
 
     def _stage_in(self, frames: Sequence[np.ndarray]) -> list[tuple[int, int, int]]:
         """Put the frames where the letterbox kernel reads them; ``[(device address, h, w)...]``.
@@ -278,9 +284,10 @@ class GpuProcessor(Processor):
         # address -> (bytes, device address when mapped) of the frame buffers handed out (read by the slots)
         self.frame_buffers: dict[int, tuple[int, int]] = {}
         self._frame_arrays: list[np.ndarray] = []
-        self._registrations: list[Any] = []  # capture workers' rings page-locked in place (register_frames)
+        self._registrations: list[HostRegistration] = []  # capture workers' rings page-locked (register_frames)
         self._buffers_lock = threading.Lock()
         from edgert.backends.cuda import device_traits
+        from edgert.backends.gpu_session import GpuSession
 
         if candidates < 1:
             raise ConfigError(f"candidates must be >= 1, got {candidates}")
@@ -291,7 +298,8 @@ class GpuProcessor(Processor):
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
         ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
         first = ready.session
-        opened: list[Any] = [first]
+        assert isinstance(first, GpuSession)  # open_model(gpu=True) refuses any other, in one line
+        opened: list[Session] = [first]
         try:
             self.preprocessor = ready.preprocessor
             self.batch = batch
@@ -309,7 +317,7 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
-            self.device: Any = ready.device
+            self.device: CudaDevice = ready.device
             with self.device.active():
                 self.traits = device_traits(self.device)
             self.memory_mode = choose_memory_mode(config.runtime.memory or "auto", self.traits["integrated"],
@@ -322,6 +330,7 @@ class GpuProcessor(Processor):
             for _ in range(wanted - 1):
                 fork = first.fork()
                 opened.append(fork)
+                assert isinstance(fork, GpuSession)  # a GPU session's fork is one (each backend's own class)
                 self._fill_other_inputs(fork)
                 self.slots.append(GpuSlot(self, fork))
                 opened.clear()
@@ -361,7 +370,7 @@ class GpuProcessor(Processor):
                 self.frame_buffers[base + k * slot_bytes] = (slot_bytes, ptr + k * slot_bytes if zero_copy else 0)
             self._registrations.append(registration)
 
-    def _fill_other_inputs(self, session: Any) -> None:
+    def _fill_other_inputs(self, session: GpuSession) -> None:
         """The configured constants for inputs other than the image (as the CPU processor fills them), put on
         the device once: ``compute_only`` never copies inputs, so a host value alone would leave zeros there."""
         fill_other_inputs(session, self.input_name, self.config.model.inputs, str(self.config.model.path))
@@ -409,7 +418,7 @@ class GpuProcessor(Processor):
                 for _ in range(min(max(0, runs), 2)):
                     slot.session.compute_only()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         return {
             "kind": self.kind,
             "slots": len(self.slots),

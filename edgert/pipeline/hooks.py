@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgert.config import PipelineConfig
 from edgert.errors import EdgertError
-from edgert.pipeline.observer import BaseObserver
+from edgert.pipeline.observer import BaseObserver, PipelineObserver
 from edgert.stats import PipelineStats
+
+if TYPE_CHECKING:
+    from edgert.pipeline.parts import JSONDict
+    from edgert.power.budget import BudgetController
+    from edgert.power.sampler import PowerSampler
+    from edgert.power.telemetry import TelemetryWatch
 
 __all__ = ["PowerWatts", "RunHooks", "TelemetryObserver", "open_power_sampler"]
 
@@ -33,7 +39,7 @@ log = logging.getLogger(__name__)
 _WATTS_EVERY = 10
 
 
-def open_power_sampler(config: PipelineConfig, start: bool = True) -> Any:
+def open_power_sampler(config: PipelineConfig, start: bool = True) -> PowerSampler | None:
     """A :class:`~edgert.power.sampler.PowerSampler` on ``power.meter`` (started unless ``start`` is False),
     or None when this machine has no meter."""
     from edgert.power.meters import open_meter
@@ -58,7 +64,7 @@ class PowerWatts(BaseObserver):
     controller counts admitted frames itself.
     """
 
-    def __init__(self, sampler: Any, rail: str | None, count_frames: bool) -> None:
+    def __init__(self, sampler: PowerSampler, rail: str | None, count_frames: bool) -> None:
         self.sampler = sampler
         self.rail = rail
         self.count_frames = count_frames
@@ -79,7 +85,7 @@ _TELEMETRY_EVERY = 30
 class TelemetryObserver(BaseObserver):
     """Reads the board's telemetry every few frames into ``PipelineStats.telemetry`` and a watch."""
 
-    def __init__(self, watch: Any) -> None:
+    def __init__(self, watch: TelemetryWatch) -> None:
         import time
 
         self.watch = watch
@@ -110,10 +116,10 @@ class RunHooks:
 
     def __init__(self, config: PipelineConfig, name: str, environment: bool = True) -> None:
         self.admit: Callable[[], None] | None = None
-        self.observers: list[Any] = []
+        self.observers: list[PipelineObserver] = []
         self.metrics_url: str | None = None
-        self._controller: Any = None
-        self._sampler: Any = None
+        self._controller: BudgetController | None = None
+        self._sampler: PowerSampler | None = None
         self._telemetry: TelemetryObserver | None = None
         self._closers: list[Callable[[], None]] = []
         try:
@@ -134,7 +140,7 @@ class RunHooks:
             raise
 
     @property
-    def controller(self) -> Any:
+    def controller(self) -> BudgetController | None:
         """The budget controller of a run with ``power.budget_w`` (None without): the speech processor sheds
         Whisper work by it instead of pacing admission."""
         return self._controller
@@ -143,11 +149,13 @@ class RunHooks:
         if config.power.budget_w is not None:
             from edgert.power.budget import budget_admission
 
-            self._controller = budget_admission(config.power)
-            self._closers.append(self._controller.close)
-            self.admit = self._controller.admit
-            self.observers.append(PowerWatts(self._controller.sampler, config.power.rail, count_frames=False))
-            return
+            controller = budget_admission(config.power)  # a controller: the config sets a budget
+            if controller is not None:
+                self._controller = controller
+                self._closers.append(controller.close)
+                self.admit = controller.admit
+                self.observers.append(PowerWatts(controller.sampler, config.power.rail, count_frames=False))
+                return
         # Started by begin(), when frames start: energy per frame should not carry the model's loading.
         self._sampler = open_power_sampler(config, start=False)
         if self._sampler is not None:
@@ -174,11 +182,11 @@ class RunHooks:
         if self._sampler is not None:
             self._sampler.stop()
 
-    def telemetry_summary(self) -> dict[str, Any] | None:
+    def telemetry_summary(self) -> JSONDict | None:
         """Peaks, throttling and its episodes over the run; None where the machine shows no telemetry."""
         return None if self._telemetry is None else self._telemetry.watch.summary()
 
-    def power_summary(self) -> dict[str, Any] | None:
+    def power_summary(self) -> JSONDict | None:
         if self._controller is not None:
             out = dict(self._controller.stats())
             if self._telemetry is not None:

@@ -19,9 +19,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Feed
+    from edgert.vision.sinks import SinkWorker
 
 __all__ = [
     "ENV_FRAME_MEMORY_MB", "ENV_STOP_DEADLINE_S", "StopDeadline", "check_frame_memory", "drop_for_deadline",
@@ -106,7 +110,7 @@ class StopDeadline:
             self._timer.cancel()
 
 
-def drop_for_deadline(feeds: Sequence[Any], workers: Sequence[Any], seconds: float) -> int:
+def drop_for_deadline(feeds: Sequence[_Feed], workers: Sequence[SinkWorker], seconds: float) -> int:
     """Count the frames still in flight, empty the sinks' queues (counted as their drops); the total."""
     in_flight: int = sum(max(0, len(feed.frames) - feed.free.qsize()) for feed in feeds)
     queued = sum(worker.drop_queued() for worker in workers if hasattr(worker, "drop_queued"))

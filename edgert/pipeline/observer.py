@@ -15,26 +15,29 @@ and the observer is dropped, the pipeline keeps running.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from edgert.stats import PipelineStats
+
+if TYPE_CHECKING:
+    from edgert.pipeline.parts import JSONDict
 
 __all__ = ["BaseObserver", "PipelineObserver"]
 
 
 @runtime_checkable
 class PipelineObserver(Protocol):
-    def on_start(self, info: dict[str, Any]) -> None: ...
+    def on_start(self, info: JSONDict) -> None: ...
 
     def on_frame(self, stats: PipelineStats) -> None: ...
 
-    def on_stop(self, summary: dict[str, Any]) -> None: ...
+    def on_stop(self, summary: JSONDict) -> None: ...
 
 
 class BaseObserver:
     """An observer that does nothing: subclass it and override what you need."""
 
-    def on_start(self, info: dict[str, Any]) -> None:
+    def on_start(self, info: JSONDict) -> None:
         """The model is loaded and the first frame is through."""
 
     def on_frame(self, stats: PipelineStats) -> None:
@@ -43,5 +46,5 @@ class BaseObserver:
     def on_stop_requested(self, reason: str) -> None:
         """Optional: a stop was asked for (SIGTERM, max frames); frames in flight still finish."""
 
-    def on_stop(self, summary: dict[str, Any]) -> None:
+    def on_stop(self, summary: JSONDict) -> None:
         """The run has ended and the sinks are flushed."""

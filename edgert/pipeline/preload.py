@@ -9,11 +9,15 @@ Live sources are refused: they cannot be read ahead.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgert.pipeline.parts import JSONDict
+    from edgert.vision.sources import FrameSource
 
 __all__ = ["PreloadedSource"]
 
@@ -23,7 +27,7 @@ class PreloadedSource:
 
     live = False
 
-    def __init__(self, source: Any, limit: int | None = None, loop: bool = False) -> None:
+    def __init__(self, source: FrameSource, limit: int | None = None, loop: bool = False) -> None:
         if getattr(source, "live", False):
             raise ConfigError(f"source.preload (--preload): {source.uri} is a live source; only files can be "
                               "read ahead")
@@ -83,7 +87,7 @@ class PreloadedSource:
     def stop(self) -> None:
         self._stopped = True
 
-    def info(self) -> dict[str, Any]:
-        info: dict[str, Any] = self._inner.info()
+    def info(self) -> JSONDict:
+        info = self._inner.info()
         info["preloaded"] = len(self._frames)
         return info

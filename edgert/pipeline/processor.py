@@ -26,12 +26,16 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.vision.detections import Detections
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Frame
+    from edgert.pipeline.parts import JSONDict
 
 __all__ = [
     "Processor",
@@ -52,7 +56,12 @@ class ProcessorSlot(abc.ABC):
         spent into each frame's ``timings`` at the preprocess/infer/postprocess positions of
         :data:`~edgert.stats.STAGES` (the engine call's time goes to every frame of the batch)."""
 
-    def active(self) -> contextlib.AbstractContextManager[Any]:
+    def process_frames(self, frames: Sequence[_Frame]) -> Sequence[Detections]:
+        """What the pipeline's slot thread calls with each batch: :meth:`process` on the frames' pixels and timings.
+        A processor that needs more of a frame than its pixels overrides it (speech: each chunk's stream and times)."""
+        return self.process([f.image() for f in frames], [f.timings for f in frames])
+
+    def active(self) -> contextlib.AbstractContextManager[object]:
         """The context the slot's thread runs in (the CUDA context push on the GPU)."""
         return contextlib.nullcontext()
 
@@ -91,7 +100,7 @@ class Processor(abc.ABC):
         """
         return None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         """Facts for the summary's ``processor`` key."""
         return {"kind": self.kind, "slots": len(self.slots), "batch": self.batch}
 

@@ -50,19 +50,29 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.feeds import _Batch, _Feed, _Frame
 from edgert.pipeline.observer import PipelineObserver
+from edgert.pipeline.state import RunState
 from edgert.pipeline.summary import run_summary
 from edgert.redact import redact
 from edgert.stats import STAGES, PipelineStats
 
+if TYPE_CHECKING:
+    from edgert.config import SourceConfig
+    from edgert.pipeline.hooks import RunHooks
+    from edgert.pipeline.limits import StopDeadline
+    from edgert.pipeline.parts import JSONDict, PipelineSource, SinkSpec
+    from edgert.pipeline.processor import Processor, ProcessorSlot
+    from edgert.vision.detector import Detector
+
 __all__ = ["Pipeline"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _CAPTURE = STAGES.index("capture")
 _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
@@ -84,11 +94,11 @@ class Pipeline:
         self,
         config: PipelineConfig,
         *,
-        source: Any = None,
-        sources: Sequence[Any] | None = None,
-        sinks: Sequence[Any] | None = None,
-        detector: Any = None,
-        processor: Any = None,
+        source: PipelineSource | None = None,
+        sources: Sequence[PipelineSource] | None = None,
+        sinks: Sequence[SinkSpec] | None = None,
+        detector: Detector | None = None,
+        processor: Processor | None = None,
         observers: Sequence[PipelineObserver] = (),
         admit: Callable[[], None] | None = None,
         handle_signals: bool = True,
@@ -97,44 +107,36 @@ class Pipeline:
         self.config = config
         given = list(sources) if sources is not None else ([source] if source is not None else [])
         self._given_sources = given
-        self._sink_specs = list(sinks) if sinks is not None else list(config.sinks)
         self._detector = detector
-        self._processor = processor
         self._owns_processor = processor is None
         self.observers: list[PipelineObserver] = list(observers)
         self.admit = admit
         self.handle_signals = handle_signals
         self.environment = environment
         self.stats = PipelineStats()
-        self._stop = threading.Event()
-        self._abort = threading.Event()
-        self._errors: list[BaseException] = []
+        #: what the steps beside the runner share with it (edgert.pipeline.state): feeds, sinks, errors, ...
+        self.state = RunState(config, self.stats, list(sinks) if sinks is not None else list(config.sinks),
+                              self.request_stop, self.abort, self._notify, processor=processor)
+        self._stop, self._abort = self.state.stopping, self.state.aborting  # the run's two events, the steps' too
         self._stop_reason: str | None = None
-        self._class_counts: dict[int, int] = {}
-        self._names: tuple[str, ...] = ()
-        self._workers: list[Any] = []  # every sink worker (shared and per source), for closing and the summary
-        self._shared: list[Any] = []  # sinks that get every source's frames
-        self._feeds: list[_Feed] = []
         self._cv = threading.Condition()
-        self._info: dict[str, Any] = {}
-        self._hooks: Any = None
-        self._deadline: Any = None  # edgert.pipeline.limits.StopDeadline, armed by a stop request
-        self._outputs_open = False  # a sink has opened (truncated) its output: from then on, finalise on stop
+        self._hooks: RunHooks | None = None
+        self._deadline: StopDeadline | None = None  # armed by a stop request
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor | None:
         """The processor of this run (None before :meth:`run` opened it)."""
-        return self._processor
+        return self.state.processor
 
     @property
     def frames(self) -> tuple[_Frame, ...]:
         """Every frame buffer of the run (all sources)."""
-        return tuple(f for feed in self._feeds for f in feed.frames)
+        return tuple(f for feed in self.state.feeds for f in feed.frames)
 
     @property
     def frame_buffer_allocations(self) -> int:
         """Frames the sources could not decode into a frame's own buffer (each frame adopts one, once)."""
-        return sum(feed.buffer_allocations for feed in self._feeds)
+        return sum(feed.buffer_allocations for feed in self.state.feeds)
 
     # -- control ------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -144,7 +146,7 @@ class Pipeline:
             self._stop.set()
             if self._deadline is not None:
                 self._deadline.start()
-            for feed in list(self._feeds):
+            for feed in list(self.state.feeds):
                 feed.source.stop()
             with self._cv:
                 self._cv.notify_all()
@@ -161,31 +163,31 @@ class Pipeline:
         """Stop now, dropping frames in flight; network sinks stop waiting for acknowledgements."""
         self.request_stop(reason)
         self._abort.set()
-        for worker in list(self._workers):
+        for worker in list(self.state.workers):
             abandon = getattr(worker.sink, "abandon", None)
             if abandon is not None:
                 abandon()
 
     def _fail(self, exc: BaseException) -> None:
-        self._errors.append(exc)
+        self.state.errors.append(exc)
         self.abort("error")
 
     # -- running ------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> JSONDict:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
         from edgert.speech.stages import SPEECH_TASKS
 
         started = time.perf_counter()
         speech = self.config.task in SPEECH_TASKS  # its stages may take their models from config.speech
-        if self._processor is None and self._detector is None and not self.config.model.path and not speech:
+        if self.state.processor is None and self._detector is None and not self.config.model.path and not speech:
             raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
         if self.config.analytics.enabled and self.config.track is None:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
-        self._feeds = self._make_feeds()
+        self.state.feeds = self._make_feeds()
         from edgert.pipeline.speech import check_sources
 
-        check_sources(self.config, [feed.source for feed in self._feeds])
+        check_sources(self.config, [feed.source for feed in self.state.feeds])
         # Handlers first: a SIGTERM from here on stops the run cleanly (before the sinks open: with every
         # output untouched), and they stay until the last file sink is closed, so a second signal during the
         # close still finalises the files.
@@ -193,7 +195,7 @@ class Pipeline:
         from edgert.pipeline.signals import install_signals
 
         self._deadline = StopDeadline(stop_deadline_s(), self._stop_overdue)
-        restore = install_signals(self)
+        restore = install_signals(self.state, self.handle_signals)
         try:
             return self._run(started)
         finally:
@@ -204,11 +206,12 @@ class Pipeline:
         """A graceful stop past its deadline: drop what is in flight and queued (counted), close the files."""
         from edgert.pipeline.limits import drop_for_deadline
 
-        dropped = drop_for_deadline(self._feeds, self._workers, self._deadline.seconds)
+        seconds = self._deadline.seconds if self._deadline is not None else 0.0
+        dropped = drop_for_deadline(self.state.feeds, self.state.workers, seconds)
         self.stats.set_drops("stop_deadline", dropped)
         self.abort(self._stop_reason or "stop deadline")
 
-    def _run(self, started: float) -> dict[str, Any]:
+    def _run(self, started: float) -> JSONDict:
         from edgert.pipeline.choice import open_processor
         from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
@@ -223,37 +226,38 @@ class Pipeline:
             if self.admit is None and self.config.task not in SPEECH_TASKS:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
-            if self._processor is None:
-                self._processor = open_processor(self.config, detector=self._detector, batch=None,
-                                                 sources=len(self._feeds))
-            processor = self._processor
+            if self.state.processor is None:
+                self.state.processor = open_processor(self.config, detector=self._detector, batch=None,
+                                                 sources=len(self.state.feeds))
+            processor = self.state.processor
             try:
                 attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
                 if attach is not None:
-                    attach(self._hooks, self._progress, [feed.source for feed in self._feeds], self.stats)
-                self._names = tuple(processor.names)
+                    attach(self._hooks, self._progress, [feed.source for feed in self.state.feeds], self.stats)
+                self.state.names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
-                    for feed in self._feeds:  # capture workers start together: their imports and opens overlap
+                    for feed in self.state.feeds:  # capture workers start together: their imports and opens overlap
                         start = getattr(feed.source, "start", None)
                         if start is not None:
                             stack.callback(feed.source.close)
                             start()
-                    enter_sources(self._feeds, stack, self._stop.is_set)
+                    enter_sources(self.state.feeds, stack, self._stop.is_set)
                     self._make_stages()  # bad lines and zones are refused before any sink truncates its file
                     # the frames too, before any output is truncated
-                    allocate_frames(self._feeds, processor, self.config.runtime.queue_size)
-                    open_sinks(self)
+                    allocate_frames(self.state.feeds, processor, self.config.runtime.queue_size)
+                    open_sinks(self.state)
                     try:
-                        self._info = self._start_info(processor)
+                        self.state.info = self._start_info(processor)
+                        self.state.started = False  # on_start: after this run's first frame
                         if not self._stop.is_set():  # a signal during start-up: outputs were left alone
                             self._run_threads(processor)
                     finally:
-                        for worker in close_order(self._workers):  # network sinks first, files last
+                        for worker in close_order(self.state.workers):  # network sinks first, files last
                             worker.close()
                     summary = self.summary(time.perf_counter() - started)  # sinks flushed, processor open
             finally:
-                release_frames(self._feeds)
+                release_frames(self.state.feeds)
                 if self._owns_processor:
                     processor.close()
         finally:
@@ -267,8 +271,8 @@ class Pipeline:
             summary["watts"] = power.get("avg_w")
             summary["mj_per_frame"] = power.get("mj_per_frame")
         self._notify("on_stop", summary)
-        if self._errors:
-            raise self._errors[0]
+        if self.state.errors:
+            raise self.state.errors[0]
         return summary
 
     def _make_feeds(self) -> list[_Feed]:
@@ -283,7 +287,7 @@ class Pipeline:
                                cfg))
         return feeds
 
-    def _open_source(self, cfg: Any, count: int = 1) -> Any:
+    def _open_source(self, cfg: SourceConfig, count: int = 1) -> PipelineSource:
         from edgert.vision.sources import open_source
 
         if not cfg.preload:
@@ -303,14 +307,14 @@ class Pipeline:
         if self.config.track is not None or self.config.analytics.enabled:
             from edgert.analytics.stages import make_result_stages
 
-            for feed in self._feeds:  # each source its own tracks and counts, its lines checked on its frame
+            for feed in self.state.feeds:  # each source its own tracks and counts, its lines checked on its frame
                 if not feed.opened:
                     continue  # a source that did not open has no frame to check its lines on
                 size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
-                feed.stages = make_result_stages(self.config, feed.source.fps, size, self._names, feed.name)
+                feed.stages = make_result_stages(self.config, feed.source.fps, size, self.state.names, feed.name)
 
-    def _start_info(self, processor: Any) -> dict[str, Any]:
-        first = self._feeds[0].source
+    def _start_info(self, processor: Processor) -> dict[str, object]:
+        first = self.state.feeds[0].source
         return {
             "task": self.config.task,
             "model": self.config.model.path,
@@ -318,26 +322,26 @@ class Pipeline:
             "processing": processor.kind,
             "input": {"name": processor.input_name, "shape": list(processor.input_shape),
                       "dtype": processor.input_dtype},
-            "classes": len(self._names),
-            "source": first.uri if len(self._feeds) == 1 else [f.source.uri for f in self._feeds],
+            "classes": len(self.state.names),
+            "source": first.uri if len(self.state.feeds) == 1 else [f.source.uri for f in self.state.feeds],
             "source_info": first.info(),
-            "sources": [f.name for f in self._feeds],
+            "sources": [f.name for f in self.state.feeds],
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
-            "sinks": [redact(w.sink.uri) for w in self._workers],
+            "sinks": [redact(w.sink.uri) for w in self.state.workers],
             "slots": len(processor.slots),
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
             "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
         }
 
-    def _run_threads(self, processor: Any) -> None:
+    def _run_threads(self, processor: Processor) -> None:
         lanes = len(processor.slots)
         n = len(self.frames)
         # Queues are bounded by the frame count plus their end markers: a put never blocks.
         q_work: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         q_done: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
-        stages: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
-            (f"capture{feed.index}", self._capture, (feed,)) for feed in self._feeds if feed.opened]
+        stages: list[tuple[str, Callable[..., None], tuple[object, ...]]] = [
+            (f"capture{feed.index}", self._capture, (feed,)) for feed in self.state.feeds if feed.opened]
         stages.append(("batcher", self._batcher, (processor.batch, q_work, lanes)))
         stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
                    for k, slot in enumerate(processor.slots)]
@@ -364,7 +368,7 @@ class Pipeline:
             if self._hooks is not None:
                 self._hooks.end()
 
-    def _guard(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+    def _guard(self, fn: Callable[..., None], args: tuple[object, ...]) -> None:
         try:
             fn(*args)
         except Aborted:  # the abort itself, raised inside a processor's long call: no error of its own
@@ -372,7 +376,7 @@ class Pipeline:
         except BaseException as exc:  # any stage's failure stops the whole pipeline and is re-raised by run()
             self._fail(exc)
 
-    def _get(self, q: queue.Queue[Any]) -> Any:
+    def _get(self, q: queue.Queue[_T]) -> _T | None:
         """Next item of ``q``; None when the pipeline aborts (even with items still queued: a second signal
         must not wait for a long queue to drain)."""
         while True:
@@ -408,7 +412,7 @@ class Pipeline:
                 try:
                     pixels = source.read(f.pixels)
                 except EdgertError as exc:
-                    if len(self._feeds) == 1:
+                    if len(self.state.feeds) == 1:
                         raise  # the run's only source: its failure is the run's
                     feed.free.put(f)
                     feed.error = str(exc)
@@ -448,7 +452,7 @@ class Pipeline:
     def _take(self, batch: list[_Frame], start: int, size: int) -> int:
         """Move ready frames into ``batch`` (up to ``size``), one per source per pass, beginning at source
         ``start``; return where the next batch begins. Call with ``self._cv`` held."""
-        feeds = self._feeds
+        feeds = self.state.feeds
         n = len(feeds)
         took = True
         while took and len(batch) < size:
@@ -464,7 +468,7 @@ class Pipeline:
         return start
 
     def _batcher(self, size: int, out: queue.Queue[_Batch | None], lanes: int) -> None:
-        feeds = self._feeds
+        feeds = self.state.feeds
         timeout = self.config.runtime.batch_timeout_ms / 1000.0
         start = 0
         seq = 0
@@ -495,7 +499,7 @@ class Pipeline:
             for _ in range(lanes):  # one end marker per slot thread
                 out.put(None)
 
-    def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Batch | None],
+    def _slot(self, processor: Processor, slot: ProcessorSlot, inq: queue.Queue[_Batch | None],
               out: queue.Queue[_Batch | None]) -> None:
         try:
             with slot.active():
@@ -505,10 +509,7 @@ class Pipeline:
                     if b is None:
                         break
                     frames = b.frames
-                    if getattr(processor, "takes_frames", False):  # speech: each chunk's stream and times too
-                        dets = slot.process_frames(frames)
-                    else:
-                        dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
+                    dets = slot.process_frames(frames)  # speech reads each chunk's stream and times too
                     for f, d in zip(frames, dets):
                         f.detections = d
                     out.put(b)
@@ -533,11 +534,11 @@ class Pipeline:
                 b = pending.pop(following)
                 following += 1
                 for f in b.frames:
-                    finish(self, f)
-        drain = getattr(self._processor, "drain", None)  # speech: what Whisper's worker finished after the last chunk
+                    finish(self.state, f)
+        drain = getattr(self.state.processor, "drain", None)  # speech: what Whisper finished after the last chunk
         if drain is not None:
             for index, result in drain():
-                finish_tail(self, self._feeds[index], result)
+                finish_tail(self.state, self.state.feeds[index], result)
 
     def _progress(self) -> None:
         """Work inside one frame moved on (a decoder step of a long Whisper window): observers with an
@@ -553,7 +554,7 @@ class Pipeline:
                 except Exception:  # an observer must never break the processor's work
                     log.warning("observer %r failed on progress", observer, exc_info=True)
 
-    def _notify(self, method: str, arg: Any) -> None:
+    def _notify(self, method: str, arg: object) -> None:
         for observer in list(self.observers):
             try:
                 getattr(observer, method)(arg)
@@ -566,21 +567,21 @@ class Pipeline:
         """Why the run ended: the stop request's reason, ``max_frames``, or why its source(s) ended."""
         if self._stop_reason is not None:
             return self._stop_reason
-        reasons = {feed.end_reason for feed in self._feeds}
-        if len(self._feeds) == 1:
+        reasons = {feed.end_reason for feed in self.state.feeds}
+        if len(self.state.feeds) == 1:
             return next(iter(reasons), "end of input")
         if reasons == {"max_frames"}:
             return "max_frames"
         return "end of input"
 
-    def summary(self, wall_s: float | None = None) -> dict[str, Any]:
+    def summary(self, wall_s: float | None = None) -> JSONDict:
         """What ``edgert run --json`` prints, the same for both processors: frames, FPS, per-stage latency,
         drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
         ``gpu_ms`` (built by :func:`edgert.pipeline.summary.run_summary`)."""
         from edgert.pipeline.finish import update_drops
 
-        update_drops(self)
-        return run_summary(config=self.config, stats=self.stats, info=self._info, processor=self._processor,
-                           feeds=self._feeds, workers=self._workers, names=self._names,
-                           class_counts=self._class_counts, frames_in_flight=len(self.frames),
-                           stopped_by=self.stopped_by(), errors=self._errors, wall_s=wall_s)
+        update_drops(self.state)
+        return run_summary(config=self.config, stats=self.stats, info=self.state.info, processor=self.state.processor,
+                           feeds=self.state.feeds, workers=self.state.workers, names=self.state.names,
+                           class_counts=self.state.class_counts, frames_in_flight=len(self.frames),
+                           stopped_by=self.stopped_by(), errors=self.state.errors, wall_s=wall_s)

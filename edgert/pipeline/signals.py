@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
-#: The runner's Pipeline, typed loosely here: importing it (even for types) would make runner <-> this module a circle.
-Pipeline = Any
+if TYPE_CHECKING:
+    from edgert.pipeline.state import RunState
+
 __all__ = ["install_signals"]
 
 log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as before the split
@@ -24,11 +25,11 @@ log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as be
 _REPEAT_S = 0.5  # a copy of the same signal within this (e.g. sent to the process group) is not a second request
 
 
-def install_signals(p: Pipeline) -> Callable[[], None]:
-    """Handle SIGINT and SIGTERM for ``p``'s run (when it handles signals and runs on the main thread): the first
-    is :meth:`~Pipeline.request_stop`, a second :meth:`~Pipeline.abort`, which leaves at once when no output was
-    opened yet. Return what puts the previous handlers back."""
-    if not p.handle_signals or threading.current_thread() is not threading.main_thread():
+def install_signals(run: RunState, enabled: bool = True) -> Callable[[], None]:
+    """Handle SIGINT and SIGTERM for ``run`` (when ``enabled``, the pipeline's ``handle_signals``, and on the main
+    thread): the first is the pipeline's ``request_stop``, a second its ``abort``, which leaves at once when no
+    output was opened yet. Return what puts the previous handlers back."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     first_at: list[float] = []
@@ -39,11 +40,11 @@ def install_signals(p: Pipeline) -> Callable[[], None]:
         if not first_at:
             first_at.append(now)
             log.warning("%s: finishing the frames in flight, then stopping", name)
-            p.request_stop(name)
+            run.request_stop(name)
         elif now - first_at[0] > _REPEAT_S:
             log.warning("%s again: stopping now", name)
-            p.abort(name)
-            if not p._outputs_open:  # nothing written yet (a model still loading, an engine building):
+            run.abort(name)
+            if not run.outputs_open:  # nothing written yet (a model still loading, an engine building):
                 raise KeyboardInterrupt  # leave at once
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

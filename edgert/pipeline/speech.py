@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -31,6 +31,18 @@ from edgert.pipeline.processor import Processor, ProcessorSlot
 from edgert.speech.stages import SPEECH_TASKS
 from edgert.stats import STAGES
 from edgert.vision.audio_sources import is_audio_source
+from edgert.vision.detections import Detections
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Frame
+    from edgert.pipeline.hooks import RunHooks
+    from edgert.pipeline.parts import JSONDict, PipelineSource
+    from edgert.power.budget import BudgetController
+    from edgert.speech.asr import Transcriber
+    from edgert.speech.audio import AudioChunk
+    from edgert.speech.chain import Event, SpeechChain
+    from edgert.speech.results import SpeechSegment
+    from edgert.stats import PipelineStats
 
 __all__ = ["SpeechProcessor", "SpeechResult", "WhisperBudget", "check_sources", "refuse_vision_keys"]
 
@@ -40,7 +52,7 @@ _INFER = STAGES.index("infer")
 _STATS_EVERY = 10  # chunks between refreshes of the metrics' speech figures
 
 
-def check_sources(config: PipelineConfig, sources: Sequence[Any]) -> None:
+def check_sources(config: PipelineConfig, sources: Sequence[PipelineSource]) -> None:
     """A speech task reads audio sources only, and detection never does: one line naming the source."""
     speech = config.task in SPEECH_TASKS
     for source in sources:
@@ -67,27 +79,22 @@ def refuse_vision_keys(config: PipelineConfig) -> None:
         raise ConfigError(f"{', '.join(wrong)}: detection only; task {config.task} runs the speech chain")
 
 
-class SpeechResult:
-    """One chunk as the results stage sees it: no boxes, the events the chunk completed."""
+class SpeechResult(Detections):
+    """One chunk as the results stage sees it: detections with no boxes, and the events the chunk completed."""
 
     frame_record = False  # sinks write the events, not a record per chunk
+    events: list[JSONDict]
 
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        self.events = events
-        self.class_id = np.zeros(0, np.int64)
-
-    def __len__(self) -> int:
-        return 0
-
-    def to_records(self) -> list[dict[str, Any]]:
-        return []
+    def __init__(self, events: list[JSONDict]) -> None:
+        super().__init__(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+        object.__setattr__(self, "events", events)  # Detections is frozen
 
 
 class WhisperBudget:
     """Whisper does less while the power budget is exceeded: beam search narrows to greedy first, and when that
     is still over, windows are skipped. Asked before each Whisper window (``SpeechChain.before_asr``)."""
 
-    def __init__(self, controller: Any, asr: Any) -> None:
+    def __init__(self, controller: BudgetController, asr: Transcriber) -> None:
         self.controller = controller
         self.asr = asr
         self.decoding = asr.decoding  # as configured; restored when the budget allows it again
@@ -98,7 +105,7 @@ class WhisperBudget:
         self.checks = 0
         self.over = 0
 
-    def __call__(self, segment: Any) -> bool:
+    def __call__(self, segment: SpeechSegment) -> bool:
         self.checks += 1
         top = 2
         if self.controller.over_budget:
@@ -116,7 +123,7 @@ class WhisperBudget:
         self.narrowed += self.level == 1
         return True
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONDict:
         return {"windows_checked": self.checks, "over_budget_checks": self.over, "windows_narrowed": self.narrowed,
                 "windows_shed": self.shed, "audio_shed_s": round(self.shed_audio_s, 3),
                 "decoding": self.decoding}
@@ -126,10 +133,10 @@ class _SpeechSlot(ProcessorSlot):
     def __init__(self, processor: SpeechProcessor) -> None:
         self.processor = processor
 
-    def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Any]:
+    def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
         raise ConfigError("the speech processor takes the pipeline's frames with their chunks (process_frames)")
 
-    def process_frames(self, frames: Sequence[Any]) -> list[SpeechResult]:
+    def process_frames(self, frames: Sequence[_Frame]) -> list[SpeechResult]:
         return [self.processor.process_chunk(f.feed, f.meta, f.timings) for f in frames]
 
 
@@ -137,7 +144,6 @@ class SpeechProcessor(Processor):
     """The stages of ``config``'s speech chain, one chain per source, behind one pipeline slot."""
 
     kind = "speech"
-    takes_frames = True  # the slot needs each frame's chunk (stream, times), not only its samples
 
     def __init__(self, config: PipelineConfig, sources: int = 1) -> None:
         super().__init__()
@@ -146,14 +152,14 @@ class SpeechProcessor(Processor):
         refuse_vision_keys(config)
         self.config = config
         self.chain_names, self.models = resolve_chain(config)
-        self.chains: list[Any] = []
+        self.chains: list[SpeechChain] = []
         try:
             for _ in range(max(1, sources)):
                 self.chains.append(build_chain(config))
         except BaseException:
             self.close()
             raise
-        self._pending: list[list[dict[str, Any]]] = [[] for _ in self.chains]
+        self._pending: list[list[JSONDict]] = [[] for _ in self.chains]
         for i, chain in enumerate(self.chains):
             chain.on_event = self._collector(i)
         first = self.chains[0]
@@ -164,21 +170,22 @@ class SpeechProcessor(Processor):
         self.input_shape = (config.speech.chunk_samples,)
         self.slots = [_SpeechSlot(self)]
         self.budgets: list[WhisperBudget] = []
-        self._stats: Any = None
+        self._stats: PipelineStats | None = None
         self._started: float | None = None
         self._chunks = 0
         self._lock = threading.Lock()
 
-    def _collector(self, index: int) -> Callable[[Any], None]:
+    def _collector(self, index: int) -> Callable[[Event], None]:
         pending = self._pending[index]
 
-        def collect(event: Any) -> None:  # called with the chain's lock held (slot or Whisper worker thread)
+        def collect(event: Event) -> None:  # called with the chain's lock held (slot or Whisper worker thread)
             pending.append(event.to_dict())
 
         return collect
 
     # -- the pipeline's side ----------------------------------------------------------------------
-    def attach_run(self, hooks: Any, progress: Callable[[], None], sources: Sequence[Any], stats: Any) -> None:
+    def attach_run(self, hooks: RunHooks | None, progress: Callable[[], None], sources: Sequence[PipelineSource],
+                   stats: PipelineStats) -> None:
         """Wire the run: chunk size and Whisper's worker per source, the budget, the watchdog's progress."""
         self._stats = stats
         for i, source in enumerate(sources):
@@ -201,7 +208,7 @@ class SpeechProcessor(Processor):
     def warm_up(self, runs: int) -> None:
         """Nothing: the stages' first calls are milliseconds, and Whisper's first window is a real one."""
 
-    def process_chunk(self, feed: int, chunk: Any, timings: np.ndarray) -> SpeechResult:
+    def process_chunk(self, feed: int, chunk: AudioChunk, timings: np.ndarray) -> SpeechResult:
         chain = self.chains[feed]
         if self._started is None:
             self._started = time.perf_counter()
@@ -232,7 +239,7 @@ class SpeechProcessor(Processor):
                 out.append((i, SpeechResult(events)))
         return out
 
-    def live_figures(self) -> dict[str, Any]:
+    def live_figures(self) -> JSONDict:
         """What the metrics endpoint serves: RTF per stage, Whisper's queue, events per kind (all sources)."""
         audio = sum(c.audio_seconds for c in self.chains)
         rtf: dict[str, float] = {}
@@ -248,7 +255,7 @@ class SpeechProcessor(Processor):
                 "queue_depth": sum(c.queue_depth for c in self.chains), "events": events,
                 "shed_windows": sum(b.shed for b in self.budgets)}
 
-    def speech_summary(self) -> dict[str, Any]:
+    def speech_summary(self) -> JSONDict:
         """The summary's ``speech`` section. The run is over when the pipeline asks: Whisper's workers stop here
         and what they still held is counted under ``cut``."""
         for chain in self.chains:
@@ -257,7 +264,7 @@ class SpeechProcessor(Processor):
         if self._stats is not None:
             self._stats.speech = self.live_figures()
         per = [chain.summary(wall) for chain in self.chains]
-        out: dict[str, Any] = dict(per[0])
+        out: JSONDict = dict(per[0])
         if len(per) > 1:  # several sources: totals, and each source's own figures
             for key in ("chunks", "segments", "wake_events", "transcripts", "skipped_segments", "dropped_segments",
                         "no_speech_segments", "shed_segments"):
@@ -272,7 +279,7 @@ class SpeechProcessor(Processor):
                                  else self.budgets[0].decoding) for k in self.budgets[0].summary()}
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         return {"kind": self.kind, "slots": 1, "batch": 1, "chain": list(self.chain_names)}
 
     def close(self) -> None:

@@ -11,21 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from edgert.errors import EdgertError, SourceError
 from edgert.redact import redact
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Feed
+    from edgert.vision.sinks import SinkWorker
 
 __all__ = ["close_order", "enter_sources", "open_feeds"]
 
 log = logging.getLogger("edgert.pipeline.runner")
 
 
-def enter_sources(feeds: Sequence[Any], stack: contextlib.ExitStack, stopped: Any = None) -> None:
+def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | None],
+                  stopped: Callable[[], bool] | None = None) -> None:
     """Open each feed's source into ``stack``; a failure marks that feed (``error``, ended), several failures
     of all of them are one :class:`SourceError`. With one source its error is the run's, unchanged."""
-    failed: list[Any] = []
+    failed: list[_Feed] = []
     for feed in feeds:
         if stopped is not None and stopped():
             return  # a signal while starting: the run ends before any sink opens
@@ -49,12 +54,12 @@ def enter_sources(feeds: Sequence[Any], stack: contextlib.ExitStack, stopped: An
                   len(feeds) - len(failed))
 
 
-def open_feeds(feeds: Sequence[Any]) -> list[Any]:
+def open_feeds(feeds: Sequence[_Feed]) -> list[_Feed]:
     """The feeds whose source opened (all of them when none was marked)."""
     return [feed for feed in feeds if feed.opened]
 
 
-def close_order(workers: Sequence[Any]) -> list[Any]:
+def close_order(workers: Sequence[SinkWorker]) -> list[SinkWorker]:
     """Sink workers in the order to close them: those that may wait on the network first (so a second signal
     abandons them), the lossless file sinks last (so they are finalised even then)."""
     return sorted(workers, key=lambda worker: bool(getattr(worker.sink, "lossless", False)))

@@ -3,11 +3,18 @@ figures (stats, per-source feeds, sink workers, the processor), the same for bot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from edgert.pipeline.feeds import _Feed, time_base
 from edgert.redact import redact
+
+if TYPE_CHECKING:
+    from edgert.config import PipelineConfig
+    from edgert.pipeline.parts import JSONDict
+    from edgert.pipeline.processor import Processor
+    from edgert.stats import PipelineStats
+    from edgert.vision.sinks import SinkWorker
 
 
 def undecodable_totals(feeds: Sequence[_Feed]) -> dict[str, int]:
@@ -19,15 +26,16 @@ def undecodable_totals(feeds: Sequence[_Feed]) -> dict[str, int]:
     return totals
 
 
-def run_time_base(feeds: Sequence[_Feed]) -> Any:
+def run_time_base(feeds: Sequence[_Feed]) -> str | dict[str, str]:
     """What the analytics' times are: one word for the run, or one per source when they differ."""
     bases = {feed.name: time_base(feed.source) for feed in feeds}
     return next(iter(bases.values())) if len(set(bases.values())) == 1 else bases
 
 
-def run_summary(*, config: Any, stats: Any, info: dict[str, Any], processor: Any, feeds: Sequence[_Feed],
-                workers: Sequence[Any], names: Sequence[str], class_counts: dict[int, int], frames_in_flight: int,
-                stopped_by: str, errors: Sequence[Any], wall_s: float | None = None) -> dict[str, Any]:
+def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[str, object],
+                processor: Processor | None, feeds: Sequence[_Feed], workers: Sequence[SinkWorker],
+                names: Sequence[str], class_counts: dict[int, int], frames_in_flight: int, stopped_by: str,
+                errors: Sequence[BaseException], wall_s: float | None = None) -> JSONDict:
     """The summary of a run (see :meth:`edgert.pipeline.runner.Pipeline.summary`): frames, FPS, per-stage latency,
     drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
     ``gpu_ms``."""
@@ -35,7 +43,7 @@ def run_summary(*, config: Any, stats: Any, info: dict[str, Any], processor: Any
         (names[cid] if 0 <= cid < len(names) else str(cid)): n
         for cid, n in sorted(class_counts.items(), key=lambda kv: -kv[1])
     }
-    summary: dict[str, Any] = {
+    summary: JSONDict = {
         "model": config.model.path,
         "backend": info.get("backend"),
         "processing": getattr(processor, "kind", None),
@@ -71,7 +79,7 @@ def run_summary(*, config: Any, stats: Any, info: dict[str, Any], processor: Any
                if w.sink.skips_frames and w.dropped}
     if skipped:
         summary["skipped"] = skipped  # frames a slow viewer skipped by design, not in dropped
-    notes = {redact(w.sink.uri): w.sink.note for w in workers if getattr(w.sink, "note", None)}
+    notes = {redact(w.sink.uri): w.sink.note for w in workers if w.sink.note}
     if notes:
         summary["sink_notes"] = notes  # what a sink wrote, e.g. a video's codec (a fallback says so)
     lost = {redact(w.sink.uri): w.lost for w in workers if getattr(w, "lost", 0)}

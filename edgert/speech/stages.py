@@ -9,10 +9,13 @@ stage runs alone, after VAD when ``speech.vad.model`` is set.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
+
+if TYPE_CHECKING:
+    from edgert.speech.chain import Event, SpeechChain
 
 __all__ = ["SPEECH_TASKS", "build_chain", "resolve_chain"]
 
@@ -46,7 +49,7 @@ def resolve_chain(config: PipelineConfig) -> tuple[tuple[str, ...], dict[str, An
     return chain, {k: v for k, v in models.items() if k in chain}
 
 
-def build_chain(config: PipelineConfig, on_event: Any = None) -> Any:
+def build_chain(config: PipelineConfig, on_event: Callable[[Event], None] | None = None) -> SpeechChain:
     """A :class:`~edgert.speech.chain.SpeechChain` with every stage of the config opened."""
     from edgert.speech.asr import Transcriber
     from edgert.speech.chain import SpeechChain

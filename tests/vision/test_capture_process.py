@@ -24,8 +24,8 @@ from edgert.config import ModelConfig, PipelineConfig, SourceConfig
 from edgert.errors import ConfigError, SourceError
 from edgert.pipeline import Pipeline
 from edgert.vision.capture import choose_capture
-from edgert.vision.capture.jetson import jetson_file_pipeline
 from edgert.vision.sinks import FrameResult, Sink, StreamInfo
+from edgert.vision.sources.gstreamer import jetson_file_pipeline
 from tests.pipeline.media import make_video, tiny_detector
 
 pytest.importorskip("cv2")

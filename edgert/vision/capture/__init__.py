@@ -25,7 +25,11 @@ stay ``thread``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgert.config import SourceConfig
+    from edgert.vision.sources import FrameSource
 
 __all__ = ["CAPTURE_MODES", "PROCESS_MIN_CPUS", "PROCESS_MIN_SOURCES", "choose_capture", "open_captured"]
 
@@ -52,7 +56,7 @@ def choose_capture(requested: str, sources: int, cpus: int | None = None, preloa
     return "process" if sources >= PROCESS_MIN_SOURCES and cpus >= PROCESS_MIN_CPUS else "thread"
 
 
-def open_captured(config: Any, sources: int) -> Any:
+def open_captured(config: SourceConfig, sources: int) -> FrameSource:
     """The source for ``config`` (a SourceConfig) read as ``choose_capture`` says, not yet opened."""
     mode = choose_capture(getattr(config, "capture", "auto") or "auto", sources, preload=bool(config.preload))
     if mode == "process":

@@ -22,24 +22,17 @@ import numpy as np
 
 from edgert.errors import SourceError
 from edgert.vision.sources import SOURCES, FrameSource, VideoFileSource, gstreamer_available, open_source
+from edgert.vision.sources.files import open_capture
+from edgert.vision.sources.gstreamer import jetson_file_pipeline
 
-__all__ = ["GstVideoFileSource", "jetson_file_pipeline", "worker_source"]
+__all__ = ["GstVideoFileSource", "worker_source"]
 
 log = logging.getLogger(__name__)
 
 
-def jetson_file_pipeline(path: str) -> str:
-    """filesrc -> parsebin -> nvv4l2decoder (NVMM) -> nvvidconv (BGRx) -> videoconvert (BGR) -> appsink."""
-    location = path.replace("\\", "\\\\").replace('"', '\\"')
-    return (
-        f'filesrc location="{location}" ! parsebin ! nvv4l2decoder ! nvvidconv ! '
-        "video/x-raw, format=(string)BGRx ! videoconvert ! video/x-raw, format=(string)BGR ! "
-        "appsink sync=false max-buffers=4 drop=false"
-    )
-
-
 class GstVideoFileSource(VideoFileSource):
-    """A video file read through :func:`jetson_file_pipeline`; falls back to FFmpeg when GStreamer cannot."""
+    """A video file read through :func:`~edgert.vision.sources.gstreamer.jetson_file_pipeline` (the pipeline
+    strings live with the other sources'); falls back to FFmpeg when GStreamer cannot."""
 
     kind = "video"
 
@@ -62,15 +55,9 @@ class GstVideoFileSource(VideoFileSource):
             return super()._open_blocking(arg)
         import cv2
 
-        cap = cv2.VideoCapture(jetson_file_pipeline(str(self.path)), cv2.CAP_GSTREAMER)
-        if not cap.isOpened():
-            cap.release()
-            raise SourceError(f"{self.path}: GStreamer could not open it with nvv4l2decoder")
-        ok, frame = cap.read()
-        if not ok or frame is None:
-            cap.release()
-            raise SourceError(f"{self.path}: nvv4l2decoder delivered no frame")
-        return cap, frame
+        return open_capture(jetson_file_pipeline(str(self.path)),
+                            f"{self.path}: GStreamer could not open it with nvv4l2decoder",
+                            f"{self.path}: nvv4l2decoder delivered no frame", cv2.CAP_GSTREAMER)
 
     def info(self) -> dict[str, Any]:
         info = super().info()

@@ -116,6 +116,8 @@ class Sink(abc.ABC):
     #: True (the web preview, a display window): frames skipped while a viewer is slow are by design, not a
     #: loss; the run reports them as ``skipped``, apart from the pipeline's ``dropped``.
     skips_frames: bool = False
+    #: What the run's summary says about the output (a video's codec, a fallback), under ``sink_notes``; None: nothing.
+    note: str | None = None
 
     def __init__(self, uri: str) -> None:
         self.uri = uri

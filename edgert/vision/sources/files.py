@@ -108,6 +108,22 @@ class _BlockingCalls:
             self._cond.notify_all()
 
 
+def open_capture(target: str, cannot_open: str, no_frame: str, api: int | None = None) -> tuple[Any, np.ndarray]:
+    """An OpenCV capture of ``target`` (a file; with ``api`` ``cv2.CAP_GSTREAMER``, a GStreamer pipeline) and its
+    first frame; released again, and ``cannot_open`` or ``no_frame`` raised as the one-line :class:`SourceError`,
+    when it does not open or gives no frame."""
+    cv2 = _cv2()
+    cap = cv2.VideoCapture(target) if api is None else cv2.VideoCapture(target, api)
+    if not cap.isOpened():
+        cap.release()
+        raise SourceError(cannot_open)
+    ok, frame = cap.read()
+    if not ok or frame is None:
+        cap.release()
+        raise SourceError(no_frame)
+    return cap, frame
+
+
 class VideoFileSource(FrameSource):
     """A video file: every frame in order; undecodable frames are counted skips; ``loop`` restarts it.
 
@@ -185,16 +201,8 @@ class VideoFileSource(FrameSource):
                  self.fps, self._frame_count)
 
     def _open_blocking(self, _: Any) -> tuple[Any, np.ndarray]:
-        cv2 = _cv2()
-        cap = cv2.VideoCapture(str(self.path))
-        if not cap.isOpened():
-            cap.release()
-            raise SourceError(f"{self.path}: cannot open as a video (unreadable or unsupported format)")
-        ok, frame = cap.read()
-        if not ok or frame is None:
-            cap.release()
-            raise SourceError(f"{self.path}: no frame could be decoded (damaged or unsupported video)")
-        return cap, frame
+        return open_capture(str(self.path), f"{self.path}: cannot open as a video (unreadable or unsupported format)",
+                            f"{self.path}: no frame could be decoded (damaged or unsupported video)")
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
         if self._cap is None:

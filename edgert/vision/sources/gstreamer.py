@@ -1,5 +1,5 @@
-"""GStreamer for the sources: whether this OpenCV runs pipelines, and the pipeline strings of CSI cameras
-and RTSP streams (pure functions, tested without GStreamer)."""
+"""GStreamer for the sources: whether this OpenCV runs pipelines, and the pipeline strings of CSI cameras,
+RTSP streams and (on a Jetson's capture worker) video files (pure functions, tested without GStreamer)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,20 @@ def gstreamer_available() -> bool:
 # GStreamer pipeline strings (pure functions: tested without GStreamer)
 
 
+#: NVDEC's output (NVMM) brought back to system memory as BGRx by the Jetson's converter.
+_NVDEC_TO_BGRX = "nvv4l2decoder ! nvvidconv ! video/x-raw, format=(string)BGRx ! "
+
+
+def _bgr_appsink(every_frame: bool = False) -> str:
+    """The tail of every pipeline here: raw video (BGRx) to the BGR OpenCV reads, into an unsynchronised appsink.
+    Live sources keep only the newest buffer; a file (``every_frame``) keeps them all, paced by its reader."""
+    if every_frame:
+        sink = "appsink sync=false max-buffers=4 drop=false"
+    else:
+        sink = "appsink drop=true max-buffers=1 sync=false"
+    return "videoconvert ! video/x-raw, format=(string)BGR ! " + sink
+
+
 def _framerate(fps: float) -> str:
     nominal = round(fps * 1.001)
     if abs(fps - fps // 1) > 1e-6 and abs(fps - nominal * 1000 / 1001) < 0.01:
@@ -44,8 +58,7 @@ def csi_pipeline(sensor_id: int, width: int = 1280, height: int = 720, fps: floa
         f"framerate=(fraction){_framerate(fps)}, format=(string)NV12 ! "
         f"nvvidconv flip-method={flip} ! "
         f"video/x-raw, width=(int){width}, height=(int){height}, format=(string)BGRx ! "
-        "videoconvert ! video/x-raw, format=(string)BGR ! "
-        "appsink drop=true max-buffers=1 sync=false"
+        + _bgr_appsink()
     )
 
 
@@ -58,7 +71,16 @@ def rtsp_pipeline(uri: str, latency_ms: int = RTSP_LATENCY_MS, jetson: bool = Fa
     head = f"rtspsrc location={uri} latency={latency_ms} drop-on-latency=true ! "
     if jetson:
         depay = {"h264": "rtph264depay ! h264parse", "h265": "rtph265depay ! h265parse"}[codec]
-        body = f"{depay} ! nvv4l2decoder ! nvvidconv ! video/x-raw, format=(string)BGRx ! "
+        body = f"{depay} ! {_NVDEC_TO_BGRX}"
     else:
         body = "decodebin ! "
-    return head + body + "videoconvert ! video/x-raw, format=(string)BGR ! appsink drop=true max-buffers=1 sync=false"
+    return head + body + _bgr_appsink()
+
+
+def jetson_file_pipeline(path: str) -> str:
+    """filesrc -> parsebin -> nvv4l2decoder (NVMM) -> nvvidconv (BGRx) -> videoconvert (BGR) -> appsink.
+
+    ``parsebin`` finds the container's demuxer and the stream's parser, so one pipeline covers MP4, MKV and AVI
+    with H.264 or H.265; appsink keeps every buffer (a file must not drop frames)."""
+    location = path.replace("\\", "\\\\").replace('"', '\\"')
+    return f'filesrc location="{location}" ! parsebin ! {_NVDEC_TO_BGRX}' + _bgr_appsink(every_frame=True)

@@ -48,7 +48,6 @@ class LiveSource(FrameSource):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._generation = 0  # a grabber publishes only while it is the current one
-        self.frames_grabbed = 0
 
     def _connect(self) -> Any:
         try:
@@ -157,7 +156,6 @@ class LiveSource(FrameSource):
                     self._latest = frame
                     self._latest_time = time.time()  # the capture clock: when the frame arrived
                     self._fresh = True
-                    self.frames_grabbed += 1
                     self._cond.notify_all()
         finally:
             if cap is not None:
