@@ -116,7 +116,10 @@ def main() -> int:
         rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[: args.top]  # type: ignore[attr-defined]
         top = [{"function": f"{Path(f).name}:{line} {fn}", "calls_per_frame": round(nc / frames, 2),
                 "own_us_per_frame": round(tt / frames * 1e6, 1)} for (f, line, fn), (_, nc, tt, _, _) in rows]
-        result["roles"][role] = {"calls_per_frame": round(calls / frames, 1), "top": top}
+        by_calls = sorted(stats.stats.items(), key=lambda kv: -kv[1][1])[: args.top]  # type: ignore[attr-defined]
+        most = [{"function": f"{Path(f).name}:{line} {fn}", "calls_per_frame": round(nc / frames, 2)}
+                for (f, line, fn), (_, nc, _, _, _) in by_calls]
+        result["roles"][role] = {"calls_per_frame": round(calls / frames, 1), "top": top, "most_called": most}
         print(f"  {role:8s} {calls / frames:8.1f} calls/frame")
         for row in top[:6]:
             print(f"           {row['calls_per_frame']:7.2f}  {row['own_us_per_frame']:7.1f} us  {row['function']}")

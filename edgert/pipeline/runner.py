@@ -497,6 +497,7 @@ class Pipeline:
 
     def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Batch | None],
               out: queue.Queue[_Batch | None]) -> None:
+        deferred = getattr(slot, "process_deferred", None)
         try:
             with slot.active():
                 processor.prepare(slot)
@@ -507,6 +508,10 @@ class Pipeline:
                     frames = b.frames
                     if getattr(processor, "takes_frames", False):  # speech: each chunk's stream and times too
                         dets = slot.process_frames(frames)
+                    elif deferred is not None:  # the GPU: NMS and mapping for the batch on the results thread
+                        b.later = deferred([f.pixels for f in frames], [f.timings for f in frames])
+                        out.put(b)
+                        continue
                     else:
                         dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
                     for f, d in zip(frames, dets):
@@ -516,7 +521,8 @@ class Pipeline:
             out.put(None)
 
     def _results(self, inq: queue.Queue[_Batch | None], lanes: int) -> None:
-        from edgert.pipeline.finish import finish, finish_tail
+        from edgert.pipeline.finish import finish_tail
+        from edgert.pipeline.results import finish_batch
 
         pending: dict[int, _Batch] = {}  # batches that finished before an earlier one (several slots)
         following = 0
@@ -532,8 +538,7 @@ class Pipeline:
             while following in pending:
                 b = pending.pop(following)
                 following += 1
-                for f in b.frames:
-                    finish(self, f)
+                finish_batch(self, b)  # the batch's decoding tail and statistics at once, each frame in order
         drain = getattr(self._processor, "drain", None)  # speech: what Whisper's worker finished after the last chunk
         if drain is not None:
             for index, result in drain():

@@ -1,0 +1,116 @@
+"""The result path of a whole batch, on the results thread: the decoding a slot left for later, then every frame.
+
+Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
+the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
+(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the GPU slot's decoding tail (one
+NMS and one mapping to the frames for the whole batch, :meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred`),
+which runs here and not on the slot's thread, so the slot goes back to the engine as soon as its candidate rows
+are copied out; the latency statistics (rings and histograms in a few numpy calls,
+:meth:`~edgert.stats.PipelineStats.record_latencies`); and the detections per class (one ``bincount``). What
+stays per frame is what is per frame by nature: its source's result stages (tracking, lines, zones, in the
+source's order), the sinks, the frame counter the observers read, and giving the frame back to its source.
+
+Order and accounting are :func:`edgert.pipeline.finish.finish`'s, frame by frame: the same steps, the same
+statistics, the same observers' calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgert.pipeline.finish import _emit, _stages, update_drops
+from edgert.stats import STAGES
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Batch, _Feed, _Frame
+
+#: The runner's Pipeline, typed loosely (importing it would make runner <-> this module a circle).
+Pipeline = Any
+__all__ = ["complete", "finish_batch"]
+
+_SINKS, _TOTAL, _POST = STAGES.index("sinks"), STAGES.index("total"), STAGES.index("postprocess")
+
+
+def complete(b: _Batch) -> None:
+    """The detections a slot left to finish here (``b.later``), put on the batch's frames."""
+    later = b.later
+    if later is None:
+        return
+    b.later = None
+    t0 = time.perf_counter()
+    dets = later()
+    spent = time.perf_counter() - t0
+    for f, d in zip(b.frames, dets):
+        f.detections = d
+        f.timings[_POST] += spent  # the decoding tail is the postprocess stage, wherever it runs
+
+
+def finish_batch(p: Pipeline, b: _Batch) -> None:
+    """Every frame of ``b``, in order: result stages and sinks, then the batch's statistics, then each frame's
+    count, its source's figures, its buffer back and the observers."""
+    complete(b)
+    frames = b.frames
+    feeds = p._feeds
+    done: list[tuple[_Frame, _Feed, Any, list[dict[str, Any]], float]] = []
+    for f in frames:
+        feed = feeds[f.feed]
+        t1 = time.perf_counter()
+        detections, events = _stages(p, feed, f)
+        _emit(p, feed, f, detections, events)
+        now = time.perf_counter()
+        f.timings[_SINKS] = now - t1
+        f.timings[_TOTAL] = now - f.started
+        done.append((f, feed, detections, events, now))
+    stats = p.stats
+    before = stats.frames
+    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _ in done])
+    _count_classes(p._class_counts, [d for _, _, d, _, _ in done])
+    for f, feed, detections, events, now in done:
+        count = len(detections)
+        stats.count_frame(count, feed.name, events, now)
+        _source_figures(p, feed, f, count, now)
+        f.detections = None
+        feed.free.put(f)
+        if not p._info.get("_started"):
+            p._info["_started"] = True
+            p._notify("on_start", {k: v for k, v in p._info.items() if not k.startswith("_")})
+        p._notify("on_frame", stats)
+    every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each
+    if before // every != stats.frames // every or before == 0:
+        update_drops(p)
+
+
+def _count_classes(counts: dict[int, int], detections: Sequence[Any]) -> None:
+    ids = [d.class_id for d in detections if len(d)]
+    if not ids:
+        return
+    values = np.concatenate(ids).astype(np.int64)
+    low = int(values.min())
+    found = np.bincount(values - low)
+    for k in np.flatnonzero(found).tolist():
+        cid = k + low
+        counts[cid] = counts.get(cid, 0) + int(found[k])
+
+
+def _source_figures(p: Pipeline, feed: _Feed, f: _Frame, count: int, now: float) -> None:
+    """:func:`edgert.pipeline.finish._record`'s per-source part for one frame (the run's counters are done; the
+    drop counters are refreshed per batch, :func:`finish_batch`)."""
+    feed.done += 1
+    feed.detections += count
+    if feed.first_done is None:
+        feed.first_done = now
+    feed.last_done = now
+    feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
+    if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
+        p.stats.sources = {**p.stats.sources, feed.name: {
+            "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
+            "reconnects": int(getattr(feed.source, "reconnects", 0))}}
+    if feed.stages and feed.done % 10 == 1:  # lines and zones of every source, labelled by it
+        counts = feed.stages[-1].summary().get("counts")
+        p.stats.analytics_by_source = {**p.stats.analytics_by_source, feed.name: counts}
+        if feed.index == 0:
+            p.stats.analytics_counts = counts
