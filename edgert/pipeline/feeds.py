@@ -36,7 +36,6 @@ class _Frame:
 class _Batch:
     seq: int
     frames: list[_Frame]
-    later: Any = None  # the decoding a slot left to the results thread (edgert.pipeline.results.complete)
 
 
 class _Feed:

@@ -197,14 +197,20 @@ class GpuSlot(ProcessorSlot):
 
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
         """Frames through the whole GPU path, one engine call (called with the device context active)."""
-        return self.process_deferred(frames, timings)()
+        later = self.process_deferred(frames, timings)
+        t0 = time.perf_counter()
+        dets = later()
+        spent = time.perf_counter() - t0
+        for timing in timings:
+            timing[_POST] += spent  # the batch's NMS and mapping are the postprocess stage too
+        return dets
 
     def process_deferred(self, frames: Sequence[np.ndarray],
                          timings: Sequence[np.ndarray]) -> Callable[[], list[Detections]]:
         """:meth:`process` up to the batch's candidate rows, copied out of the slot's buffers; the rest (one NMS
-        and one mapping for the batch) is returned, to be called on any thread (the pipeline's results thread),
-        so the slot's thread goes back to the engine. Frames whose candidates overflowed are decoded here, from
-        the whole output, before the next batch overwrites it."""
+        and one mapping for the batch) is returned as a call that any thread may make. Frames whose candidates
+        overflowed are decoded here, from the whole output, before the next batch overwrites it. The pipeline
+        makes the call on the slot's own thread (:mod:`edgert.pipeline.results` says why: measured)."""
         t0 = time.perf_counter()
         s, ev = self.stream, self.events
         ev[0].record(s)
@@ -231,7 +237,7 @@ class GpuSlot(ProcessorSlot):
         for timing in timings:
             timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
             timing[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
-            timing[_POST] = t3 - t2  # the finishing call adds its own time (edgert.pipeline.results)
+            timing[_POST] = t3 - t2  # readback; process() adds the finishing call's time
         return later
 
     def _collect(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:

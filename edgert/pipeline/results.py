@@ -1,14 +1,17 @@
-"""The result path of a whole batch, on the results thread: the decoding a slot left for later, then every frame.
+"""The result path of a whole batch, on the results thread: every frame in order, the statistics per batch.
 
 Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
 the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
-(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the GPU slot's decoding tail (one
-NMS and one mapping to the frames for the whole batch, :meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred`),
-which runs here and not on the slot's thread, so the slot goes back to the engine as soon as its candidate rows
-are copied out; the latency statistics (rings and histograms in a few numpy calls,
-:meth:`~edgert.stats.PipelineStats.record_latencies`); and the detections per class (one ``bincount``). What
-stays per frame is what is per frame by nature: its source's result stages (tracking, lines, zones, in the
-source's order), the sinks, the frame counter the observers read, and giving the frame back to its source.
+(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings and
+histograms in a few numpy calls, :meth:`~edgert.stats.PipelineStats.record_latencies`), the detections per class
+(one ``bincount``) and the drop counters (once per 10 frames of each source). What stays per frame is what is
+per frame by nature: its source's result stages (tracking, lines, zones, in the source's order), the sinks, the
+frame counter the observers read, and giving the frame back to its source.
+
+The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
+(:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
+2 988 to 2 371 frames/s on the H200 (2026-12-02, docs/pipeline.md): OpenCV's NMS releases the interpreter lock,
+so three slot threads run it side by side, where one results thread runs it in turn.
 
 Order and accounting are :func:`edgert.pipeline.finish.finish`'s, frame by frame: the same steps, the same
 statistics, the same observers' calls.
@@ -30,29 +33,14 @@ if TYPE_CHECKING:
 
 #: The runner's Pipeline, typed loosely (importing it would make runner <-> this module a circle).
 Pipeline = Any
-__all__ = ["complete", "finish_batch"]
+__all__ = ["finish_batch"]
 
-_SINKS, _TOTAL, _POST = STAGES.index("sinks"), STAGES.index("total"), STAGES.index("postprocess")
-
-
-def complete(b: _Batch) -> None:
-    """The detections a slot left to finish here (``b.later``), put on the batch's frames."""
-    later = b.later
-    if later is None:
-        return
-    b.later = None
-    t0 = time.perf_counter()
-    dets = later()
-    spent = time.perf_counter() - t0
-    for f, d in zip(b.frames, dets):
-        f.detections = d
-        f.timings[_POST] += spent  # the decoding tail is the postprocess stage, wherever it runs
+_SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
 
 
 def finish_batch(p: Pipeline, b: _Batch) -> None:
     """Every frame of ``b``, in order: result stages and sinks, then the batch's statistics, then each frame's
     count, its source's figures, its buffer back and the observers."""
-    complete(b)
     frames = b.frames
     feeds = p._feeds
     done: list[tuple[_Frame, _Feed, Any, list[dict[str, Any]], float]] = []

@@ -497,7 +497,6 @@ class Pipeline:
 
     def _slot(self, processor: Any, slot: Any, inq: queue.Queue[_Batch | None],
               out: queue.Queue[_Batch | None]) -> None:
-        deferred = getattr(slot, "process_deferred", None)
         try:
             with slot.active():
                 processor.prepare(slot)
@@ -508,10 +507,6 @@ class Pipeline:
                     frames = b.frames
                     if getattr(processor, "takes_frames", False):  # speech: each chunk's stream and times too
                         dets = slot.process_frames(frames)
-                    elif deferred is not None:  # the GPU: NMS and mapping for the batch on the results thread
-                        b.later = deferred([f.pixels for f in frames], [f.timings for f in frames])
-                        out.put(b)
-                        continue
                     else:
                         dets = slot.process([f.pixels for f in frames], [f.timings for f in frames])
                     for f, d in zip(frames, dets):
