@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["LATENCY_BUCKETS", "STAGES", "WINDOW", "LatencyHistogram", "LatencyRing", "PipelineStats",
-           "merged_quantiles_ms"]
+           "latency_buckets", "merged_quantiles_ms"]
 
 #: Stage names in pipeline order; ``total`` is capture start to sinks handed the frame.
 STAGES: tuple[str, ...] = ("capture", "preprocess", "infer", "postprocess", "sinks", "total")
@@ -36,6 +36,22 @@ class LatencyRing:
         self._values[self._count % self._values.shape[0]] = seconds
         self._count += 1
         self._sum += seconds
+
+    def add_many(self, seconds: np.ndarray) -> None:
+        """Several durations at once, in order (a batch's frames): as many :meth:`add` calls, in a few numpy calls."""
+        values = np.asarray(seconds, np.float64).reshape(-1)
+        size = self._values.shape[0]
+        m = values.shape[0]
+        if not m:
+            return
+        total = float(values.sum())
+        if m > size:  # only the last ``size`` stay in the window, as with one add each
+            self._count += m - size
+            values = values[-size:]
+            m = size
+        self._values[(self._count + np.arange(m)) % size] = values
+        self._count += m
+        self._sum += total
 
     @property
     def count(self) -> int:
@@ -65,6 +81,7 @@ class LatencyHistogram:
         self._bounds = np.asarray(LATENCY_BUCKETS, np.float64)
         self._counts = np.zeros((len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all
         self._sums = np.zeros(len(STAGES), np.float64)
+        self._rows = np.arange(len(STAGES))
         self._lock = threading.Lock()
 
     def add(self, timings: np.ndarray) -> None:
@@ -75,10 +92,26 @@ class LatencyHistogram:
             self._counts[np.arange(t.shape[0]), slot] += 1
             self._sums[: t.shape[0]] += t
 
+    def add_rows(self, timings: np.ndarray, buckets: np.ndarray) -> None:
+        """Several frames' seconds per stage ((m, stages) rows) whose buckets (:func:`latency_buckets`) are known."""
+        stages = timings.shape[1]
+        with self._lock:
+            if timings.shape[0] == 1:  # one frame of this source in the batch: the usual case
+                self._counts[self._rows[:stages], buckets[0]] += 1
+                self._sums[:stages] += timings[0]
+            else:
+                np.add.at(self._counts, (np.tile(self._rows[:stages], (timings.shape[0], 1)), buckets), 1)
+                self._sums[:stages] += timings.sum(axis=0)
+
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """(cumulative counts per stage and bucket, the last column being +Inf; sums per stage)."""
         with self._lock:
             return np.cumsum(self._counts, axis=1), self._sums.copy()
+
+
+def latency_buckets(timings: np.ndarray) -> np.ndarray:
+    """Each value's histogram bucket (the first bound >= it, as :meth:`LatencyHistogram.add`), same shape."""
+    return np.searchsorted(np.asarray(LATENCY_BUCKETS, np.float64), timings, side="left")
 
 
 def _quantiles_ms(window: np.ndarray) -> dict[str, float]:
@@ -143,6 +176,40 @@ class PipelineStats:
         if hist is None:
             hist = self.histograms[source] = LatencyHistogram()
         hist.add(timings)
+        for event in events or ():
+            key = (source, str(event.get("type", "event")))
+            self.events[key] = self.events.get(key, 0) + 1
+        with self._lock:
+            self._done_times[self.frames % self._done_times.shape[0]] = now
+            self.frames += 1
+            self.detections += detections
+            if self.first_done_at is None:
+                self.first_done_at = now
+            self.last_done_at = now
+
+    def record_latencies(self, timings: np.ndarray, sources: list[str]) -> None:
+        """The stage latencies of a batch of frames at once: ``timings`` (n, stages) in :data:`STAGES` order, row
+        ``i`` of source ``sources[i]``. Each frame is then counted by :meth:`count_frame`; together they are
+        :meth:`record_frame` per frame, in a fixed number of numpy calls per batch and one per source."""
+        t = np.asarray(timings, np.float64)[:, : len(STAGES)]
+        for k, stage in enumerate(STAGES):
+            self.latency[stage].add_many(t[:, k])
+        buckets = latency_buckets(t)
+        by_source: dict[str, Any] = {}
+        for i, source in enumerate(sources):
+            by_source.setdefault(source, []).append(i)
+        for source, rows in by_source.items():
+            rows = slice(rows[0], rows[0] + 1) if len(rows) == 1 else rows
+            hist = self.histograms.get(source)
+            if hist is None:
+                hist = self.histograms[source] = LatencyHistogram()
+            hist.add_rows(t[rows], buckets[rows])
+
+    def count_frame(self, detections: int, source: str = "", events: list[dict[str, Any]] | None = None,
+                    now: float | None = None) -> None:
+        """One frame done whose latencies :meth:`record_latencies` took: its detections and events, the counters."""
+        if now is None:
+            now = time.perf_counter()
         for event in events or ():
             key = (source, str(event.get("type", "event")))
             self.events[key] = self.events.get(key, 0) + 1

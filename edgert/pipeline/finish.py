@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from edgert.pipeline.state import RunState
     from edgert.vision.detections import Detections
 
-__all__ = ["finish", "finish_tail", "update_drops"]
+__all__ = ["apply_stages", "emit", "finish", "finish_tail", "update_drops"]
 
 _SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
 
@@ -30,8 +30,8 @@ def finish(run: RunState, f: _Frame) -> None:
     """One frame, in order: result stages, drawing and the sinks, then statistics; its buffer is free again."""
     feed = run.feeds[f.feed]
     t1 = time.perf_counter()
-    detections, events = _stages(run, feed, f)
-    _emit(run, feed, f, detections, events)
+    detections, events = apply_stages(run, feed, f)
+    emit(run, feed, f, detections, events)
     done = time.perf_counter()
     f.timings[_SINKS] = done - t1
     f.timings[_TOTAL] = done - f.started
@@ -44,7 +44,7 @@ def finish(run: RunState, f: _Frame) -> None:
     run.notify("on_frame", run.stats)
 
 
-def _stages(run: RunState, feed: _Feed, f: _Frame) -> tuple[Detections, list[dict[str, object]]]:
+def apply_stages(run: RunState, feed: _Feed, f: _Frame) -> tuple[Detections, list[dict[str, object]]]:
     """The frame's detections and events after its source's result stages (tracking, lines, zones)."""
     detections = f.detections
     if detections is None:  # the slot hands every frame back with its detections
@@ -60,7 +60,7 @@ def _stages(run: RunState, feed: _Feed, f: _Frame) -> tuple[Detections, list[dic
     return detections, events
 
 
-def _emit(run: RunState, feed: _Feed, f: _Frame, detections: Detections, events: list[dict[str, object]]) -> None:
+def emit(run: RunState, feed: _Feed, f: _Frame, detections: Detections, events: list[dict[str, object]]) -> None:
     """Draw the frame when a sink wants pixels, then offer its result to the shared sinks and its source's own."""
     from edgert.vision.sinks import FrameResult
 

@@ -22,10 +22,13 @@ __all__ = ["allocate_frames", "release_frames"]
 
 def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: int) -> None:
     """Give every source that opened its frames (free to be captured into), after checking they fit in memory."""
-    # Enough frames per source for every slot to hold its share of a batch while the capture fills the next
-    # and the sinks take the last; each one more adds one frame of latency.
+    # Enough frames per source for every slot to hold its share of a batch while the capture fills the next;
+    # each one more only waits in a queue, a frame of latency per source (Little's law: a file source runs
+    # ahead as far as it has frames). Twice the slots (before issue 28) kept two batches waiting: at 16
+    # streams that was a third of every frame's latency, for no throughput (a capture worker decodes ahead
+    # into its own ring's spare slots, and queue_size still sets the floor).
     share = max(1, -(-processor.batch // len(feeds)))
-    count = max(queue_size, 2 * len(processor.slots) * share)
+    count = max(queue_size, (len(processor.slots) + 1) * share)
     from edgert.pipeline.limits import check_frame_memory
 
     check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))

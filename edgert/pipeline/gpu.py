@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -203,6 +203,20 @@ class GpuSlot(ProcessorSlot):
 
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
         """Frames through the whole GPU path, one engine call (called with the device context active)."""
+        later = self.process_deferred(frames, timings)
+        t0 = time.perf_counter()
+        dets = later()
+        spent = time.perf_counter() - t0
+        for timing in timings:
+            timing[_POST] += spent  # the batch's NMS and mapping are the postprocess stage too
+        return dets
+
+    def process_deferred(self, frames: Sequence[np.ndarray],
+                         timings: Sequence[np.ndarray]) -> Callable[[], list[Detections]]:
+        """:meth:`process` up to the batch's candidate rows, copied out of the slot's buffers; the rest (one NMS
+        and one mapping for the batch) is returned as a call that any thread may make. Frames whose candidates
+        overflowed are decoded here, from the whole output, before the next batch overwrites it. The pipeline
+        makes the call on the slot's own thread (:mod:`edgert.pipeline.results` says why: measured)."""
         t0 = time.perf_counter()
         s, ev = self.stream, self.events
         ev[0].record(s)
@@ -219,7 +233,7 @@ class GpuSlot(ProcessorSlot):
             self.filter.enqueue(self.output_ptr, s, len(frames))
         ev[4].record(s)
         s.synchronize()
-        dets = self._finish(transforms)
+        later = self._collect(transforms)
         t3 = time.perf_counter()
         g = self.gpu_times
         g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
@@ -229,33 +243,44 @@ class GpuSlot(ProcessorSlot):
         for timing in timings:
             timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
             timing[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
-            timing[_POST] = t3 - t2
-        return dets
+            timing[_POST] = t3 - t2  # readback; process() adds the finishing call's time
+        return later
 
-    def _finish(self, transforms: list[LetterboxTransform]) -> list[Detections]:
+    def _collect(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:
+        """Copy every sample's candidate rows out (a fixed number of numpy calls per batch); decode the samples
+        that overflowed (or all, with no GPU filter) on the host now; return the call that finishes the rest."""
         out: list[Detections | None] = [None] * len(transforms)
+        rows: np.ndarray | None = None
+        owner: np.ndarray | None = None
+        done: list[int] = []
         if self.filter is not None:
-            # Every sample's rows in one go (a fixed number of numpy calls per batch, not per frame).
             rows, owner, overflowed = self.filter.rows_batch(len(transforms))
             done = np.flatnonzero(~overflowed).tolist()  # overflowed ones: decoded on the host below
             if len(done) < len(transforms):
                 owner = (np.cumsum(~overflowed) - 1)[owner]  # positions among the samples that fit
-            found = finish_candidates(rows, owner, self.decoder, [transforms[k] for k in done])
-            for k, d in zip(done, found):
-                out[k] = d
-        if any(d is None for d in out):
+        if len(done) < len(transforms):
             # Host decoding from the whole output (no GPU filter for this layout, or a buffer overflowed).
             from edgert.backends.cuda import copy_dtoh_async
 
             host = self.session.outputs[self.output_name]
             copy_dtoh_async(host, self.output_ptr, self.stream)
             self.stream.synchronize()
+            skip = set(done)
             for k, transform in enumerate(transforms):
-                if out[k] is None:
+                if k not in skip:
                     sample = self.session.outputs if self.batch == 1 else {
                         n: v[k:k + 1] for n, v in self.session.outputs.items()}
                     out[k] = self.decoder(sample, transform)
-        return [d for d in out if d is not None]
+        decoder = self.decoder  # its batch finish keeps no scratch: safe beside this thread's host decoding
+
+        def finish() -> list[Detections]:
+            if done and rows is not None and owner is not None:
+                found = finish_candidates(rows, owner, decoder, [transforms[k] for k in done])
+                for k, d in zip(done, found):
+                    out[k] = d
+            return [d for d in out if d is not None]
+
+        return finish
 
     def close(self) -> None:
         with self.device.active():

@@ -517,7 +517,8 @@ class Pipeline:
             out.put(None)
 
     def _results(self, inq: queue.Queue[_Batch | None], lanes: int) -> None:
-        from edgert.pipeline.finish import finish, finish_tail
+        from edgert.pipeline.finish import finish_tail
+        from edgert.pipeline.results import finish_batch
 
         pending: dict[int, _Batch] = {}  # batches that finished before an earlier one (several slots)
         following = 0
@@ -533,8 +534,7 @@ class Pipeline:
             while following in pending:
                 b = pending.pop(following)
                 following += 1
-                for f in b.frames:
-                    finish(self.state, f)
+                finish_batch(self.state, b)  # the batch's statistics at once, each frame in order
         drain = getattr(self.state.processor, "drain", None)  # speech: what Whisper finished after the last chunk
         if drain is not None:
             for index, result in drain():

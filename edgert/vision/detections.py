@@ -95,6 +95,21 @@ class Detections:
         return int(self.xyxy.shape[0])
 
     @classmethod
+    def trusted(cls, xyxy: np.ndarray, confidence: np.ndarray, class_id: np.ndarray,
+                names: tuple[str, ...]) -> Detections:
+        """Detections from arrays a decoder made itself: (N, 4) float32, (N,) float32, (N,) int32, and a tuple
+        of str, taken as they are (no coercion, no checks). The result path builds one per frame, so the
+        checks' dozen calls (and ``str`` over every class name) are not paid per frame."""
+        out = object.__new__(cls)
+        object.__setattr__(out, "xyxy", xyxy)
+        object.__setattr__(out, "confidence", confidence)
+        object.__setattr__(out, "class_id", class_id)
+        object.__setattr__(out, "names", names)
+        object.__setattr__(out, "track_id", None)
+        object.__setattr__(out, "image", None)
+        return out
+
+    @classmethod
     def empty(cls, names: Sequence[str] = ()) -> Detections:
         return cls(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32), tuple(names))
 

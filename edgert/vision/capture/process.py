@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import select
 import signal
 import threading
 import time
@@ -63,6 +64,7 @@ class ProcessCaptureSource(FrameSource):
         self._config = dataclasses.replace(config, capture="thread")
         self._proc: Any = None
         self._conn: Any = None
+        self._poller: Any = None  # select.poll over the pipe (_ready)
         self._send_lock = threading.Lock()
         self._stopping = threading.Event()
         self._ring: FrameRing | None = None
@@ -91,6 +93,7 @@ class ProcessCaptureSource(FrameSource):
         self._proc.start()
         child.close()
         self._conn = parent
+        self._poller = None
         self._stopping.clear()
 
     def open(self) -> None:
@@ -155,6 +158,7 @@ class ProcessCaptureSource(FrameSource):
         if conn is not None:
             conn.close()
         self._proc = self._conn = None
+        self._poller = None
         if self._ring is not None:
             self._ring.close()
             self._ring = None
@@ -229,6 +233,19 @@ class ProcessCaptureSource(FrameSource):
             except (BrokenPipeError, ConnectionResetError, EOFError):
                 pass  # the worker is gone: the next receive says how
 
+    def _ready(self, conn: Any, wait: float) -> bool:
+        """``conn.poll(wait)`` through one ``select.poll`` object kept for the pipe: ``Connection.poll`` makes a
+        selector, registers and closes it on every call, a dozen Python calls per frame in the pipeline's process
+        (scripts/profile_host.py). True too when the worker's end closed (the receive then says how)."""
+        poller = self._poller
+        if poller is None:
+            if not hasattr(select, "poll"):  # pragma: no cover - not on Linux
+                return bool(conn.poll(wait))
+            poller = select.poll()
+            poller.register(conn.fileno(), select.POLLIN)
+            self._poller = poller
+        return bool(poller.poll(wait * 1000.0))
+
     def _recv(self, timeout: float | None, doing: str) -> tuple[Any, ...] | None:
         """The worker's next message; None when stopped first; SourceError when the worker is gone or ``timeout``
         (seconds; None: no limit, the worker's own source times out stalls) passes."""
@@ -241,7 +258,7 @@ class ProcessCaptureSource(FrameSource):
                 return None
             wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
             try:
-                if conn.poll(wait):
+                if self._ready(conn, wait):
                     msg: tuple[Any, ...] = conn.recv()
                     return msg
             except (EOFError, OSError):

@@ -171,16 +171,19 @@ class DecoderBase:
                           self.config.max_det)
         xyxy, conf, cls, sample = xyxy[idx], conf[idx], cls[idx], sample[idx]
         by_sample = np.argsort(sample, kind="stable")  # keeps best-first order within each frame
-        bounds = np.searchsorted(sample[by_sample], np.arange(n + 1))
+        xyxy, conf, cls, sample = xyxy[by_sample], conf[by_sample], cls[by_sample], sample[by_sample]
+        if xyxy.dtype.kind != "f":
+            xyxy = xyxy.astype(np.float32)
+        _to_original_batch(xyxy, sample, transforms)  # every frame's boxes mapped in one go (a copy: in place)
+        xyxy = xyxy.astype(np.float32, copy=False)
+        conf = conf.astype(np.float32, copy=False)
+        cls = cls.astype(np.int32, copy=False)
+        bounds = np.searchsorted(sample, np.arange(n + 1)).tolist()
+        names = self._empty.names
         out: list[Detections] = []
-        for k, transform in enumerate(transforms):
-            rows = by_sample[bounds[k]:bounds[k + 1]]
-            if not rows.size:
-                out.append(self._empty)
-                continue
-            boxes = xyxy[rows]  # a copy: mapped in place
-            transform.to_original(boxes)
-            out.append(Detections(boxes, conf[rows], cls[rows], self.names))
+        for k in range(n):
+            a, b = bounds[k], bounds[k + 1]
+            out.append(Detections.trusted(xyxy[a:b], conf[a:b], cls[a:b], names) if b > a else self._empty)
         return out
 
     @staticmethod
@@ -189,6 +192,25 @@ class DecoderBase:
             return outputs[name]
         except KeyError:
             raise ModelError(f"model output {name} is missing. Note: outputs are {', '.join(outputs)}") from None
+
+
+def _to_original_batch(xyxy: np.ndarray, sample: np.ndarray, transforms: Sequence[LetterboxTransform]) -> None:
+    """:meth:`LetterboxTransform.to_original` for the rows of several frames at once, in place: row ``i`` is
+    mapped by ``transforms[sample[i]]``. The same float32 operations in the same order as one call per frame
+    (each scalar taken in the boxes' own precision, as NumPy does for a Python float against a float array), so
+    the same bits."""
+    if not xyxy.shape[0]:
+        return
+    table = np.asarray([(t.pad_x, t.scale_x, t.pad_y, t.scale_y, t.src_width, t.src_height) for t in transforms],
+                       np.float64).astype(xyxy.dtype)[sample]
+    xs = xyxy[:, 0::2]
+    ys = xyxy[:, 1::2]
+    xs -= table[:, 0:1]
+    xs /= table[:, 1:2]
+    ys -= table[:, 2:3]
+    ys /= table[:, 3:4]
+    np.clip(xs, 0, table[:, 4:5], out=xs)
+    np.clip(ys, 0, table[:, 5:6], out=ys)
 
 
 def cxcywh_to_xyxy(b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,104 @@
+"""The result path of a whole batch, on the results thread: every frame in order, the statistics per batch.
+
+Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
+the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
+(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings and
+histograms in a few numpy calls, :meth:`~edgert.stats.PipelineStats.record_latencies`), the detections per class
+(one ``bincount``) and the drop counters (once per 10 frames of each source). What stays per frame is what is
+per frame by nature: its source's result stages (tracking, lines, zones, in the source's order), the sinks, the
+frame counter the observers read, and giving the frame back to its source.
+
+The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
+(:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
+2 988 to 2 371 frames/s on the H200 (2026-12-02, docs/pipeline.md): OpenCV's NMS releases the interpreter lock,
+so three slot threads run it side by side, where one results thread runs it in turn.
+
+Order and accounting are :func:`edgert.pipeline.finish.finish`'s, frame by frame: the same steps, the same
+statistics, the same observers' calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edgert.pipeline.finish import apply_stages, emit, update_drops
+from edgert.stats import STAGES
+
+if TYPE_CHECKING:
+    from edgert.pipeline.feeds import _Batch, _Feed, _Frame
+    from edgert.pipeline.state import RunState
+    from edgert.vision.detections import Detections
+
+__all__ = ["finish_batch"]
+
+_SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
+
+
+def finish_batch(run: RunState, b: _Batch) -> None:
+    """Every frame of ``b``, in order: result stages and sinks, then the batch's statistics, then each frame's
+    count, its source's figures, its buffer back and the observers."""
+    frames = b.frames
+    feeds = run.feeds
+    done: list[tuple[_Frame, _Feed, Detections, list[dict[str, object]], float]] = []
+    for f in frames:
+        feed = feeds[f.feed]
+        t1 = time.perf_counter()
+        detections, events = apply_stages(run, feed, f)
+        emit(run, feed, f, detections, events)
+        now = time.perf_counter()
+        f.timings[_SINKS] = now - t1
+        f.timings[_TOTAL] = now - f.started
+        done.append((f, feed, detections, events, now))
+    stats = run.stats
+    before = stats.frames
+    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _ in done])
+    _count_classes(run.class_counts, [d for _, _, d, _, _ in done])
+    for f, feed, detections, events, now in done:
+        count = len(detections)
+        stats.count_frame(count, feed.name, events, now)
+        _source_figures(run, feed, f, count, now)
+        f.detections = None
+        feed.free.put(f)
+        if not run.started:
+            run.started = True
+            run.notify("on_start", dict(run.info))
+        run.notify("on_frame", stats)
+    every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each
+    if before // every != stats.frames // every or before == 0:
+        update_drops(run)
+
+
+def _count_classes(counts: dict[int, int], detections: Sequence[Detections]) -> None:
+    ids = [d.class_id for d in detections if len(d)]
+    if not ids:
+        return
+    values = np.concatenate(ids).astype(np.int64)
+    low = int(values.min())
+    found = np.bincount(values - low)
+    for k in np.flatnonzero(found).tolist():
+        cid = k + low
+        counts[cid] = counts.get(cid, 0) + int(found[k])
+
+
+def _source_figures(run: RunState, feed: _Feed, f: _Frame, count: int, now: float) -> None:
+    """:func:`edgert.pipeline.finish._record`'s per-source part for one frame (the run's counters are done; the
+    drop counters are refreshed per batch, :func:`finish_batch`)."""
+    feed.done += 1
+    feed.detections += count
+    if feed.first_done is None:
+        feed.first_done = now
+    feed.last_done = now
+    feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
+    if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
+        run.stats.sources = {**run.stats.sources, feed.name: {
+            "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
+            "reconnects": int(getattr(feed.source, "reconnects", 0))}}
+    if feed.stages and feed.done % 10 == 1:  # lines and zones of every source, labelled by it
+        counts = feed.stages[-1].summary().get("counts")
+        run.stats.analytics_by_source = {**run.stats.analytics_by_source, feed.name: counts}
+        if feed.index == 0:
+            run.stats.analytics_counts = counts
