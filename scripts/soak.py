@@ -158,6 +158,34 @@ def _whole_outputs(folder: Path, names: list[str]) -> dict[str, Any]:
     return out
 
 
+def _snapshot(proc: subprocess.Popen[str], folder: Path, index: int) -> None:
+    """Ask the child for tracemalloc snapshot ``index`` and wait until it is written."""
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 300
+    while not (folder / f"snap-{index}.done").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+
+
+def _growth(folder: Path, top: int = 15) -> dict[str, Any]:
+    """The largest growths between the snapshots, grouped by traceback (innermost frame last)."""
+    import tracemalloc
+
+    snaps = [tracemalloc.Snapshot.load(str(folder / f"snap-{i}.tm")) for i in range(3)
+             if (folder / f"snap-{i}.tm").exists()]
+    out: dict[str, Any] = {}
+    for label, a, b in (("quarter_to_end", 0, 2), ("half_to_end", 1, 2)):
+        if len(snaps) <= b:
+            continue
+        stats = snaps[b].compare_to(snaps[a], "traceback")
+        out[label] = {
+            "total_kb": round(sum(s.size_diff for s in stats) / 1024, 1),
+            "top": [{"kb": round(s.size_diff / 1024, 1), "count": s.count_diff,
+                     "traceback": [f"{f.filename.replace(str(ROOT) + '/', '')}:{f.lineno}" for f in s.traceback]}
+                    for s in stats[:top]],
+        }
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="soak.json")
@@ -165,6 +193,10 @@ def main() -> int:
     parser.add_argument("--sources", type=int, default=4)
     parser.add_argument("--model", default=None)
     parser.add_argument("--tiny", action="store_true", help="a one-box detector made here instead of NanoDet")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="run under tracemalloc, snapshot at 1/4, 1/2 and all of the frames, and report the "
+                             "largest growths between them grouped by traceback (slows the run; the slope is then "
+                             "not the figure to quote)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="edgert-soak-"))
@@ -193,21 +225,28 @@ def main() -> int:
     cfg.write_text(
         f"model: {{path: '{model}'}}\n"
         "track: {tracker: bytetrack}\n"
-        "analytics: {lines: [{name: middle, points: [[0, 120], [2000, 120]]}]}\n"
+        "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
         "sources:\n" + "".join(f"  - {{uri: '{video}', name: {n}, loop: true}}\n" for n in names)
         + "sinks: [" + ", ".join(f"'{s}'" for s in sinks) + "]\n", encoding="utf-8")
     metrics = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "edgert.cli.main", "run", "--config", str(cfg), "--json",
+    snaps = work / "tracemalloc"
+    launcher = ([str(ROOT / "scripts" / "_tracemalloc_run.py"), str(snaps), "edgert.cli.main"] if args.tracemalloc
+                else ["-m", "edgert.cli.main"])
+    proc = subprocess.Popen([sys.executable, *launcher, "run", "--config", str(cfg), "--json",
                              "--metrics", metrics], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=work)
     target = args.frames * args.sources
     samples: list[tuple[int, int]] = []
+    marks = [target // 4, target // 2, target] if args.tracemalloc else []
     started = time.monotonic()
     while proc.poll() is None:
         frames, rss = _frames(metrics), _rss_kb(proc.pid)
         if frames is not None and rss is not None:
             samples.append((frames, rss))
+            while marks and frames >= marks[0]:
+                _snapshot(proc, snaps, 3 - len(marks))
+                marks.pop(0)
             if frames >= target:
                 break
         time.sleep(0.5)
@@ -244,6 +283,8 @@ def main() -> int:
         "outputs": _whole_outputs(work, names),
         "stderr_tail": err.splitlines()[-10:],
     }
+    if args.tracemalloc:
+        result["tracemalloc"] = _growth(snaps)
     write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "stderr_tail", "rss_curve")}, indent=2))
     shutil.rmtree(work, ignore_errors=True)

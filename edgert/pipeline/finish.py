@@ -140,3 +140,6 @@ def update_drops(p: Pipeline) -> None:
     for worker in p._workers:
         if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
             p.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
+    from edgert.pipeline.startup import mark_reconnecting
+
+    mark_reconnecting(p)
