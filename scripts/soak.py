@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,20 @@ def _slope_kb_per_1000(samples: list[tuple[int, int]]) -> float | None:
     if var == 0:
         return None
     return 1000.0 * sum((f - mx) * (r - my) for f, r in samples) / var
+
+
+def _median_growth_kb_per_1000(samples: list[tuple[int, int]], share: float = 0.1) -> float | None:
+    """(median RSS of the last ``share`` of ``samples`` - median of the first ``share``) per 1000 frames: the
+    growth between two windows, which the allocator's ups and downs (a trimmed heap, a pool refilled) do not
+    swing the way they swing a least-squares slope."""
+    k = max(3, int(len(samples) * share))
+    if len(samples) < 2 * k:
+        return None
+    first, last = samples[:k], samples[-k:]
+    span = statistics.median(f for f, _ in last) - statistics.median(f for f, _ in first)
+    if span <= 0:
+        return None
+    return 1000.0 * (statistics.median(r for _, r in last) - statistics.median(r for _, r in first)) / span
 
 
 def _tiny_model(path: Path) -> Path:
@@ -274,6 +289,10 @@ def main() -> int:
         else round(float(_slope_kb_per_1000(warm) or 0.0), 1),
         "rss_kb_per_1000_frames_second_half": None if _slope_kb_per_1000(late) is None
         else round(float(_slope_kb_per_1000(late) or 0.0), 1),
+        "warmup": f"the first quarter of the frames ({target // 4} of {target})",
+        "rss_kb_per_1000_frames_after_warmup_medians": None if _median_growth_kb_per_1000(warm) is None
+        else round(float(_median_growth_kb_per_1000(warm) or 0.0), 1),
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         "samples": len(samples),
         "rss_curve": [samples[i] for i in range(0, len(samples), max(1, len(samples) // 20))],
         "exit_code": proc.returncode, "sigterm_to_exit_s": round(exit_s, 2),
