@@ -94,6 +94,19 @@ def _median_growth_kb_per_1000(samples: list[tuple[int, int]], share: float = 0.
     return 1000.0 * (statistics.median(r for _, r in last) - statistics.median(r for _, r in first)) / span
 
 
+def _unit_malloc_env() -> dict[str, str]:
+    """The ``MALLOC_*`` variables of the systemd unit template's ``Environment=`` lines."""
+    template = ROOT / "edgert" / "service" / "templates" / "edgert.service.in"
+    out: dict[str, str] = {}
+    for line in template.read_text(encoding="utf-8").splitlines():
+        if line.startswith("Environment="):
+            for item in line[len("Environment="):].split():
+                name, _, value = item.partition("=")
+                if name.startswith("MALLOC_"):
+                    out[name] = value
+    return out
+
+
 def _tiny_model(path: Path) -> Path:
     sys.path.insert(0, str(ROOT))
     from tests.pipeline.media import tiny_detector
@@ -208,6 +221,9 @@ def main() -> int:
     parser.add_argument("--sources", type=int, default=4)
     parser.add_argument("--model", default=None)
     parser.add_argument("--tiny", action="store_true", help="a one-box detector made here instead of NanoDet")
+    parser.add_argument("--unit-env", action="store_true",
+                        help="give the run the allocator environment the systemd unit sets (its MALLOC_* line), "
+                             "as a service would start it")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="run under tracemalloc, snapshot at 1/4, 1/2 and all of the frames, and report the "
                              "largest growths between them grouped by traceback (slows the run; the slope is then "
@@ -245,6 +261,8 @@ def main() -> int:
         + "sinks: [" + ", ".join(f"'{s}'" for s in sinks) + "]\n", encoding="utf-8")
     metrics = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if args.unit_env:
+        env.update(_unit_malloc_env())
     snaps = work / "tracemalloc"
     launcher = ([str(ROOT / "scripts" / "_tracemalloc_run.py"), str(snaps), "edgert.cli.main"] if args.tracemalloc
                 else ["-m", "edgert.cli.main"])
@@ -292,7 +310,8 @@ def main() -> int:
         "warmup": f"the first quarter of the frames ({target // 4} of {target})",
         "rss_kb_per_1000_frames_after_warmup_medians": None if _median_growth_kb_per_1000(warm) is None
         else round(float(_median_growth_kb_per_1000(warm) or 0.0), 1),
-        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+        "malloc_env": {k: v for k, v in env.items() if k.startswith("MALLOC_")},
+        "edgert_malloc": env.get("EDGERT_MALLOC"),
         "samples": len(samples),
         "rss_curve": [samples[i] for i in range(0, len(samples), max(1, len(samples) // 20))],
         "exit_code": proc.returncode, "sigterm_to_exit_s": round(exit_s, 2),

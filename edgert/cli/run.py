@@ -320,9 +320,6 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
     from edgert.redact_stderr import redact_fd2_for
 
     redact_fd2_for(s.uri for s in config.all_sources())  # OpenCV/FFmpeg/GStreamer write to fd 2 past logging
-    from edgert.allocator import tune_allocator
-
-    tune_allocator()  # a long run's RSS reaches its working set and stays (glibc's arenas, fixed thresholds)
     observers = list(extra_observers or [])
     report = None
     if getattr(args, "report", None):
