@@ -6,7 +6,8 @@ is freed, so later ones come from per-thread arenas (up to 8 per core), each kee
 the process's RSS kept rising by steps of one frame (1.3 MB) long after the Python heap had stopped growing
 (``scripts/soak.py --tiny``: +323..+538 KB per 1000 frames after the first quarter, while tracemalloc saw
 +13 KB of Python objects per 1000 frames). Fixed settings make the heap reach its working set in the first
-frames and then stay (the same soak: +11 KB per 1000 frames, ~20 MB more RSS at the plateau):
+frames in most runs (the same soak: +11..+64 KB per 1000 frames in 4 of 5 runs, ~20 MB more RSS at the
+plateau; one run still took two one-frame steps, +614):
 
 - ``M_ARENA_MAX`` 2: the threads share two arenas instead of each holding freed frames of its own;
 - ``M_MMAP_THRESHOLD`` 4 MiB (fixed, so glibc stops moving it): frames are reused from the heap;
