@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,33 @@ def _slope_kb_per_1000(samples: list[tuple[int, int]]) -> float | None:
     if var == 0:
         return None
     return 1000.0 * sum((f - mx) * (r - my) for f, r in samples) / var
+
+
+def _median_growth_kb_per_1000(samples: list[tuple[int, int]], share: float = 0.1) -> float | None:
+    """(median RSS of the last ``share`` of ``samples`` - median of the first ``share``) per 1000 frames: the
+    growth between two windows, which the allocator's ups and downs (a trimmed heap, a pool refilled) do not
+    swing the way they swing a least-squares slope."""
+    k = max(3, int(len(samples) * share))
+    if len(samples) < 2 * k:
+        return None
+    first, last = samples[:k], samples[-k:]
+    span = statistics.median(f for f, _ in last) - statistics.median(f for f, _ in first)
+    if span <= 0:
+        return None
+    return 1000.0 * (statistics.median(r for _, r in last) - statistics.median(r for _, r in first)) / span
+
+
+def _unit_malloc_env() -> dict[str, str]:
+    """The ``MALLOC_*`` variables of the systemd unit template's ``Environment=`` lines."""
+    template = ROOT / "edgert" / "service" / "templates" / "edgert.service.in"
+    out: dict[str, str] = {}
+    for line in template.read_text(encoding="utf-8").splitlines():
+        if line.startswith("Environment="):
+            for item in line[len("Environment="):].split():
+                name, _, value = item.partition("=")
+                if name.startswith("MALLOC_"):
+                    out[name] = value
+    return out
 
 
 def _tiny_model(path: Path) -> Path:
@@ -158,6 +186,34 @@ def _whole_outputs(folder: Path, names: list[str]) -> dict[str, Any]:
     return out
 
 
+def _snapshot(proc: subprocess.Popen[str], folder: Path, index: int) -> None:
+    """Ask the child for tracemalloc snapshot ``index`` and wait until it is written."""
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 300
+    while not (folder / f"snap-{index}.done").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+
+
+def _growth(folder: Path, top: int = 15) -> dict[str, Any]:
+    """The largest growths between the snapshots, grouped by traceback (innermost frame last)."""
+    import tracemalloc
+
+    snaps = [tracemalloc.Snapshot.load(str(folder / f"snap-{i}.tm")) for i in range(3)
+             if (folder / f"snap-{i}.tm").exists()]
+    out: dict[str, Any] = {}
+    for label, a, b in (("quarter_to_end", 0, 2), ("half_to_end", 1, 2)):
+        if len(snaps) <= b:
+            continue
+        stats = snaps[b].compare_to(snaps[a], "traceback")
+        out[label] = {
+            "total_kb": round(sum(s.size_diff for s in stats) / 1024, 1),
+            "top": [{"kb": round(s.size_diff / 1024, 1), "count": s.count_diff,
+                     "traceback": [f"{f.filename.replace(str(ROOT) + '/', '')}:{f.lineno}" for f in s.traceback]}
+                    for s in stats[:top]],
+        }
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="soak.json")
@@ -165,6 +221,13 @@ def main() -> int:
     parser.add_argument("--sources", type=int, default=4)
     parser.add_argument("--model", default=None)
     parser.add_argument("--tiny", action="store_true", help="a one-box detector made here instead of NanoDet")
+    parser.add_argument("--unit-env", action="store_true",
+                        help="give the run the allocator environment the systemd unit sets (its MALLOC_* line), "
+                             "as a service would start it")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="run under tracemalloc, snapshot at 1/4, 1/2 and all of the frames, and report the "
+                             "largest growths between them grouped by traceback (slows the run; the slope is then "
+                             "not the figure to quote)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="edgert-soak-"))
@@ -193,21 +256,30 @@ def main() -> int:
     cfg.write_text(
         f"model: {{path: '{model}'}}\n"
         "track: {tracker: bytetrack}\n"
-        "analytics: {lines: [{name: middle, points: [[0, 120], [2000, 120]]}]}\n"
+        "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
         "sources:\n" + "".join(f"  - {{uri: '{video}', name: {n}, loop: true}}\n" for n in names)
         + "sinks: [" + ", ".join(f"'{s}'" for s in sinks) + "]\n", encoding="utf-8")
     metrics = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "edgert.cli.main", "run", "--config", str(cfg), "--json",
+    if args.unit_env:
+        env.update(_unit_malloc_env())
+    snaps = work / "tracemalloc"
+    launcher = ([str(ROOT / "scripts" / "_tracemalloc_run.py"), str(snaps), "edgert.cli.main"] if args.tracemalloc
+                else ["-m", "edgert.cli.main"])
+    proc = subprocess.Popen([sys.executable, *launcher, "run", "--config", str(cfg), "--json",
                              "--metrics", metrics], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=work)
     target = args.frames * args.sources
     samples: list[tuple[int, int]] = []
+    marks = [target // 4, target // 2, target] if args.tracemalloc else []
     started = time.monotonic()
     while proc.poll() is None:
         frames, rss = _frames(metrics), _rss_kb(proc.pid)
         if frames is not None and rss is not None:
             samples.append((frames, rss))
+            while marks and frames >= marks[0]:
+                _snapshot(proc, snaps, 3 - len(marks))
+                marks.pop(0)
             if frames >= target:
                 break
         time.sleep(0.5)
@@ -235,6 +307,11 @@ def main() -> int:
         else round(float(_slope_kb_per_1000(warm) or 0.0), 1),
         "rss_kb_per_1000_frames_second_half": None if _slope_kb_per_1000(late) is None
         else round(float(_slope_kb_per_1000(late) or 0.0), 1),
+        "warmup": f"the first quarter of the frames ({target // 4} of {target})",
+        "rss_kb_per_1000_frames_after_warmup_medians": None if _median_growth_kb_per_1000(warm) is None
+        else round(float(_median_growth_kb_per_1000(warm) or 0.0), 1),
+        "malloc_env": {k: v for k, v in env.items() if k.startswith("MALLOC_")},
+        "edgert_malloc": env.get("EDGERT_MALLOC"),
         "samples": len(samples),
         "rss_curve": [samples[i] for i in range(0, len(samples), max(1, len(samples) // 20))],
         "exit_code": proc.returncode, "sigterm_to_exit_s": round(exit_s, 2),
@@ -244,6 +321,8 @@ def main() -> int:
         "outputs": _whole_outputs(work, names),
         "stderr_tail": err.splitlines()[-10:],
     }
+    if args.tracemalloc:
+        result["tracemalloc"] = _growth(snaps)
     write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "stderr_tail", "rss_curve")}, indent=2))
     shutil.rmtree(work, ignore_errors=True)

@@ -1,4 +1,9 @@
-"""``edgert config FILE``: validate a pipeline YAML and print it with every default filled in."""
+"""``edgert config FILE``: validate a pipeline YAML and print it with every default filled in.
+
+Every string it prints goes through :func:`edgert.redact.redact`: the output is shown on screens, pasted into
+issues and kept in shells' scroll-back, so a camera's or broker's password in a URI is shown as ``***`` (the
+printed config is then not a loadable copy of a credentialed one; ``${VAR}`` credentials print as written).
+"""
 
 from __future__ import annotations
 
@@ -15,13 +20,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _redacted(value: Any, redact: Any) -> Any:
+    """``value`` with every string in it (keys too) passed through ``redact``."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redacted(k, redact): _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v, redact) for v in value]
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     import yaml
 
     from edgert.config import load_config
+    from edgert.redact import redact
 
     config = load_config(args.file)
-    data = dataclasses.asdict(config)
+    data = _redacted(dataclasses.asdict(config), redact)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -317,6 +317,9 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
         raise ConfigError("no model given. Note: pass --model PATH or set model.path in the config")
     if not config.source.uri and not config.sources:
         raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
+    from edgert.redact_stderr import redact_fd2_for
+
+    redact_fd2_for(s.uri for s in config.all_sources())  # OpenCV/FFmpeg/GStreamer write to fd 2 past logging
     observers = list(extra_observers or [])
     report = None
     if getattr(args, "report", None):

@@ -64,6 +64,7 @@ class _Feed:
         self.ended = False
         self.end_reason = "end of input"
         self.error: str | None = None
+        self.start_error: str | None = None  # why a live source did not open at start (then reconnected later)
         self.workers: list[SinkWorker] = []
         self.draw = False
         self.done = 0
@@ -110,6 +111,10 @@ class _Feed:
         }
         if self.error is not None:
             out["error"] = redact(self.error)
+        if self.start_error is not None:
+            out["start_error"] = redact(self.start_error)
+        if getattr(self.source, "reconnecting", False):
+            out["reconnecting"] = True  # down when the run ended, its grabber still reconnecting
         if self.stages:
             from edgert.analytics.stages import stages_summary
 

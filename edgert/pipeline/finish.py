@@ -142,3 +142,6 @@ def update_drops(run: RunState) -> None:
     for worker in run.workers:
         if worker.dropped and not worker.sink.skips_frames:  # a preview's skips are not drops: summary()
             run.stats.set_drops(f"sink:{redact(worker.sink.uri)}", worker.dropped)
+    from edgert.pipeline.startup import mark_reconnecting
+
+    mark_reconnecting(run)

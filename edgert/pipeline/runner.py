@@ -308,8 +308,8 @@ class Pipeline:
             from edgert.analytics.stages import make_result_stages
 
             for feed in self.state.feeds:  # each source its own tracks and counts, its lines checked on its frame
-                if not feed.opened:
-                    continue  # a source that did not open has no frame to check its lines on
+                if not feed.opened or feed.start_error is not None:
+                    continue  # no frame yet to check its lines on (a late one gets them on its first: late_stages)
                 size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
                 feed.stages = make_result_stages(self.config, feed.source.fps, size, self.state.names, feed.name)
 
@@ -437,6 +437,11 @@ class Pipeline:
                 f.file = None if current is None else str(current)
                 f.timings[_CAPTURE] = time.perf_counter() - t0
                 if index == 0:
+                    from edgert.pipeline.startup import late_stages
+
+                    if not late_stages(self.state, feed):
+                        feed.free.put(f)
+                        break
                     self.stats.mark_started()
                 index += 1
                 with self._cv:

@@ -4,7 +4,10 @@ A camera down at boot must not keep every other camera down (with a service's st
 them down for good): the run starts with the sources that open, reports the others the way it reports a
 source that fails mid-run (``ended: error`` with its message, in the summary and the log), and fails only
 when none opens, naming each. A live source has already retried with its backoff for ``source.timeout_s``
-inside its own ``open``.
+inside its own ``open``; when others opened, it goes on reconnecting in the background with the backoff of a
+stream lost mid-run (``reconnecting`` in the summary and ``edgert_source_reconnecting`` in the metrics; its
+first connection counts as a reconnect), and once it is up its frames flow like the others', its lines and
+zones resolved on its first frame (:func:`late_stages`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from edgert.redact import redact
 
 if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Feed
+    from edgert.pipeline.state import RunState
     from edgert.vision.sinks import SinkWorker
 
-__all__ = ["close_order", "enter_sources", "open_feeds"]
+__all__ = ["close_order", "enter_sources", "late_stages", "mark_reconnecting", "open_feeds"]
 
 log = logging.getLogger("edgert.pipeline.runner")
 
@@ -50,8 +54,49 @@ def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | Non
     if failed and len(failed) == len(feeds):
         raise SourceError("no source could be opened: " + "; ".join(f"{f.name}: {f.error}" for f in failed))
     for feed in failed:
-        log.error("source %s did not open: %s; the run goes on with the %d other(s)", feed.name, feed.error,
-                  len(feeds) - len(failed))
+        later = getattr(feed.source, "open_in_background", None)
+        if later is None:
+            log.error("source %s did not open: %s; the run goes on with the %d other(s)", feed.name, feed.error,
+                      len(feeds) - len(failed))
+            continue
+        # A camera that boots slower than the others: retried like one lost mid-run, reported as reconnecting.
+        feed.start_error, feed.error, feed.end_reason, feed.ended = feed.error, None, "end of input", False
+        stack.callback(feed.source.close)
+        later()
+        feed.opened = True
+        log.error("source %s did not open: %s; reconnecting it in the background, the run goes on with the %d "
+                  "other(s)", feed.name, feed.start_error, len(feeds) - len(failed))
+
+
+def late_stages(run: RunState, feed: _Feed) -> bool:
+    """Give ``feed``, a source that came up after the start, its tracking and analytics stages, its lines and
+    zones resolved on its own frame size; False (the feed ends with the error) when they do not fit it."""
+    if feed.start_error is None or feed.stages or not (run.config.track is not None or run.config.analytics.enabled):
+        return True
+    from edgert.analytics.stages import make_result_stages
+
+    size = (int(feed.source.width or 0), int(feed.source.height or 0))
+    try:
+        feed.stages = make_result_stages(run.config, feed.source.fps, size, run.names, feed.name)
+    except EdgertError as exc:
+        feed.error, feed.end_reason = redact(exc), "error"
+        log.error("source %s dropped out: %s; the other sources go on", feed.name, feed.error)
+        return False
+    return True
+
+
+def mark_reconnecting(run: RunState) -> None:
+    """Put ``reconnecting`` in the per-source figures the metrics read, for each source now reconnecting
+    (a source that delivers writes its figures afresh, without it)."""
+    down = [feed for feed in run.feeds if getattr(feed.source, "reconnecting", False)]
+    if not down:
+        return
+    sources = dict(run.stats.sources)
+    for feed in down:
+        figures = dict(sources.get(feed.name) or {"frames": 0, "fps": 0.0, "dropped": 0})
+        figures.update(reconnecting=1, reconnects=int(getattr(feed.source, "reconnects", 0)))
+        sources[feed.name] = figures
+    run.stats.sources = sources
 
 
 def open_feeds(feeds: Sequence[_Feed]) -> list[_Feed]:

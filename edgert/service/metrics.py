@@ -171,12 +171,14 @@ def _source_families(sources: Mapping[str, Mapping[str, float]]) -> Iterator[Met
     fps = _gauge("edgert_source_fps", "Frames per second of this source since its first frame out.", ["source"])
     dropped = _counter("edgert_source_dropped_frames_total", "Frames of this source dropped or skipped.", ["source"])
     reconnects = _counter("edgert_source_reconnects_total", "Times this source reconnected.", ["source"])
+    down = _gauge("edgert_source_reconnecting", "1 while this live source is down and being reconnected.", ["source"])
     for name, figures in sorted(sources.items()):
         frames.add_metric([name], figures.get("frames", 0))
         fps.add_metric([name], figures.get("fps", 0.0))
         dropped.add_metric([name], figures.get("dropped", 0))
         reconnects.add_metric([name], figures.get("reconnects", 0))
-    yield from (frames, fps, dropped, reconnects)
+        down.add_metric([name], figures.get("reconnecting", 0))
+    yield from (frames, fps, dropped, reconnects, down)
 
 
 def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +129,32 @@ class Cli:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+@pytest.fixture
+def late_server(media: dict[str, Path]) -> Iterator[tuple[int, threading.Event]]:
+    """An HTTP server for the test video that starts listening only when told to (a camera still booting)."""
+    port = free_port()
+    go = threading.Event()
+    folder = str(media["video"].parent)
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=folder, **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    def serve() -> None:
+        go.wait()
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Quiet)
+        servers.append(server)
+        server.serve_forever(poll_interval=0.1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield port, go
+    go.set()
+    for server in servers:
+        server.shutdown()

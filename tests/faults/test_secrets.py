@@ -8,7 +8,11 @@ the web preview's page, /stats.json and /sources.json; and the systemd unit rend
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.faults.conftest import closed_port, free_port, start_cli, stop, summary_of, wait_http
 from tests.helpers import assert_one_line_error, run_cli
@@ -57,9 +61,9 @@ def test_a_credentialed_source_leaks_through_no_output(tmp_path: Path, media: di
     # ... and what is shown still says which camera it was, and why it is missing.
     summary = summary_of(out)
     camera = next(s for s in summary["sources"] if s["name"] == "cam")
-    assert camera["ended"] == "error" and "***@127.0.0.1" in camera["uri"] and "cannot open" in camera["error"]
+    assert camera["reconnecting"] and "***@127.0.0.1" in camera["uri"] and "cannot open" in camera["start_error"]
     assert "token=***" in camera["uri"]
-    assert "***@127.0.0.1" in err and "retrying" in err
+    assert "***@127.0.0.1" in err and "retrying" in err and "reconnecting in" in err
 
 
 def test_the_unit_never_holds_a_source_password(tmp_path: Path, media: dict[str, Path]) -> None:
@@ -91,3 +95,69 @@ def test_credentials_named_in_the_uri_come_from_the_environment(tmp_path: Path, 
     down = run_cli("run", "--config", str(cfg), env={"CAM_USER": USER, "CAM_PASSWORD": PASSWORD})
     assert_one_line_error(down, "rtsp://${CAM_USER}:${CAM_PASSWORD}@127.0.0.1", "cannot open")
     _no_secret("the error", down.stderr)
+
+
+def test_edgert_config_prints_no_secret(tmp_path: Path, media: dict[str, Path]) -> None:
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"model: {{path: {media['model']}}}\n"
+                   f"source: {{uri: 'rtsp://{USER}:{PASSWORD}@10.0.0.7:554/stream?token={TOKEN}', name: door}}\n"
+                   f"sinks: ['mqtt://bob:{PASSWORD}@127.0.0.1:1883/edgert/{{source}}?password={TOKEN}']\n",
+                   encoding="utf-8")
+    for flags in ((), ("--json",)):
+        shown = run_cli("config", str(cfg), *flags)
+        assert shown.returncode == 0, shown.stderr
+        _no_secret(f"edgert config {' '.join(flags)}", shown.stdout + shown.stderr)
+        # ... still naming the camera and the broker
+        assert "rtsp://***@10.0.0.7:554/stream?token=***" in shown.stdout
+        assert "mqtt://***@127.0.0.1:1883/edgert/{source}?password=***" in shown.stdout
+
+
+def test_a_working_credentialed_camera_leaks_through_no_payload_nor_c_library_line(
+        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event]) -> None:
+    """The camera delivers frames (an HTTP stream: FFmpeg sends its user info as basic auth) to JSONL and a real
+    mosquitto; OpenCV is asked to echo every URI it opens (``OPENCV_VIDEOIO_DEBUG``: a C library writing to
+    fd 2, past logging): the MQTT payloads, the JSONL, the log and the summary hold no secret."""
+    from tests.faults.test_mqtt import MOSQUITTO, Broker, _free_port
+
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed (pip install 'edgert[mqtt]')")
+    port, go = late_server
+    go.set()
+    folder = tmp_path / "broker"
+    folder.mkdir()
+    broker = Broker(folder, _free_port())
+    broker.start()
+    payloads: list[bytes] = []
+    ready = threading.Event()
+    client = (mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="edgert-secrets-listener")
+              if hasattr(mqtt, "CallbackAPIVersion") else mqtt.Client(client_id="edgert-secrets-listener"))
+    client.on_connect = lambda c, *rest: c.subscribe("#", qos=1)
+    client.on_subscribe = lambda *args: ready.set()
+    client.on_message = lambda c, u, message: payloads.append(message.topic.encode() + b" " + message.payload)
+    try:
+        client.connect("127.0.0.1", broker.port)
+        client.loop_start()
+        assert ready.wait(10)
+        cam = f"http://{USER}:{PASSWORD}@127.0.0.1:{port}/{media['long'].name}?token={TOKEN}"
+        cfg = tmp_path / "p.yaml"
+        cfg.write_text(f"model: {{path: {media['model']}}}\n"
+                       f"source: {{uri: '{cam}', name: cam}}\nruntime: {{max_frames: 20}}\n"
+                       f"sinks: ['jsonl://{tmp_path}/cam.jsonl', 'mqtt://127.0.0.1:{broker.port}/edgert/cam']\n",
+                       encoding="utf-8")
+        proc = run_cli("-v", "run", "--config", str(cfg), "--json", env={"OPENCV_VIDEOIO_DEBUG": "1"})
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 20
+        while len(payloads) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+        broker.stop()
+    assert len(payloads) >= 20
+    _no_secret("the MQTT payloads", b"\n".join(payloads).decode("utf-8", "replace"))
+    _no_secret("the JSONL", (tmp_path / "cam.jsonl").read_text(encoding="utf-8"))
+    _no_secret("the --json summary", proc.stdout)
+    _no_secret("stderr, C libraries' lines included", proc.stderr)
+    # OpenCV did echo the URI on fd 2, and it came out redacted
+    assert f"trying capture filename='http://***@127.0.0.1:{port}/{media['long'].name}?token=***'" in proc.stderr

@@ -4,49 +4,18 @@ a failed start, a second signal while the sinks close. The real CLI in a subproc
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import Cli, closed_port, free_port
+from tests.faults.conftest import Cli, closed_port
 from tests.helpers import assert_one_line_error, run_cli
 
 OLD = '{"old": "output of the previous run"}\n'
-
-
-@pytest.fixture
-def late_server(media: dict[str, Path]) -> Iterator[tuple[int, threading.Event]]:
-    """An HTTP server for the test video that starts listening only when told to (a camera still booting)."""
-    port = free_port()
-    go = threading.Event()
-    folder = str(media["video"].parent)
-    servers: list[http.server.ThreadingHTTPServer] = []
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, directory=folder, **kwargs)  # type: ignore[arg-type]
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    def serve() -> None:
-        go.wait()
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Quiet)
-        servers.append(server)
-        server.serve_forever(poll_interval=0.1)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield port, go
-    go.set()
-    for server in servers:
-        server.shutdown()
 
 
 def _outputs(tmp_path: Path, *names: str) -> list[Path]:

@@ -82,7 +82,9 @@ class VideoFileSink(Sink):
         self._fd: int | None = None  # holds the lock, and tells deletion and a full disk
         self._created = False
         self._opened = False
-        self._size = (0, 0)
+        self._awaiting = False  # opened with no frame size yet: the writer starts on the first frame
+        self._size = (0, 0)  # (0, 0) until the writer starts
+        self._fps: float | None = None
         self._resized: np.ndarray | None = None
         self.frames = 0
 
@@ -113,13 +115,19 @@ class VideoFileSink(Sink):
                         "Note: pip install 'edgert[video]' (PyAV's libx264) for H.264", self.path, encoder.label)
 
     def open(self, info: StreamInfo) -> None:
-        if info.width <= 0 or info.height <= 0:
-            raise SinkError(f"{self.path}: the source reported no frame size")
         self.prepare()
-        fps = info.fps if info.fps and info.fps > 0 else 10.0
-        self._size = (info.width, info.height)
+        self._fps = info.fps if info.fps and info.fps > 0 else None
+        self._awaiting = True
+        if (info.width or 0) > 0 and (info.height or 0) > 0:
+            self._start((info.width, info.height))
+        # else a live source still connecting (reconnected in the background): the writer starts on its first
+        # frame, sized by it; until then the file is left as it was (a previous run's video is not truncated)
+
+    def _start(self, size: tuple[int, int]) -> None:
+        self._awaiting = False
         self._opened = True  # from here the file is ours to (re)write
-        size = self._size
+        fps = self._fps if self._fps is not None else 10.0
+        self._size = size
         if self.encoder.codec != "mjpg" and (size[0] % 2 or size[1] % 2):
             size = (size[0] // 2 * 2, size[1] // 2 * 2)  # 4:2:0 needs even sides: fit to one pixel less
             self._size = size
@@ -131,8 +139,12 @@ class VideoFileSink(Sink):
         self._writer = writer
 
     def write(self, result: FrameResult) -> None:
-        if self._writer is None or result.image is None:
+        if result.image is None:
             return
+        if self._writer is None:
+            if not self._awaiting:
+                return
+            self._start((int(result.image.shape[1]), int(result.image.shape[0])))
         self._check_file()
         image = result.image
         if (image.shape[1], image.shape[0]) != self._size:  # folders of mixed sizes: fit the first size

@@ -48,6 +48,7 @@ class LiveSource(FrameSource):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._generation = 0  # a grabber publishes only while it is the current one
+        self.reconnecting = False  # its grabber has no stream and is reconnecting (metrics, summary)
 
     def _connect(self) -> Any:
         try:
@@ -57,7 +58,7 @@ class LiveSource(FrameSource):
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
-            raise SourceError(f"{self.uri}: cannot open (device busy or absent, or stream unreachable)")
+            raise SourceError(f"{redact(self.uri)}: cannot open (device busy or absent, or stream unreachable)")
         return cap
 
     def open(self) -> None:
@@ -101,6 +102,26 @@ class LiveSource(FrameSource):
                 if self._stopping.wait(delay):
                     raise SourceError(f"{self.uri}: stopped before it could be opened") from None
 
+    def open_in_background(self) -> None:
+        """Keep connecting in the grabber thread with the backoff of a stream lost mid-run, and let frames flow
+        once it is up (its size and rate are learnt from the first frame): for a source still down after
+        ``timeout`` at start while others opened (:mod:`edgert.pipeline.startup`). Its first connection counts
+        as a reconnect."""
+        self._stopping.clear()
+        self.reconnecting = True
+        self._start_grabber(None, None)
+        self._opened = True
+
+    def _learn(self, cap: Any, frame: np.ndarray) -> None:
+        """Size and rate from the first frame of a source opened in the background."""
+        self.height, self.width = int(frame.shape[0]), int(frame.shape[1])
+        try:
+            fps = float(cap.get(_cv2().CAP_PROP_FPS) or 0.0)
+        except Exception:  # a driver that cannot say: the rate stays unknown
+            fps = 0.0
+        self.fps = fps if 0 < fps < 1000 else None
+        log.info("opened %s: %dx%d at %s fps", redact(self.uri), self.width, self.height, self.fps)
+
     def _start_grabber(self, cap: Any, spare: np.ndarray | None) -> None:
         with self._cond:
             self._generation += 1
@@ -119,9 +140,10 @@ class LiveSource(FrameSource):
         try:
             while self._current(generation):
                 if cap is None:
+                    self.reconnecting = True
                     delay = min(self._max_backoff, self._backoff * (2 ** attempt))
                     attempt += 1
-                    log.warning("%s: reconnecting in %.1f s (attempt %d)", self.uri, delay, attempt)
+                    log.warning("%s: reconnecting in %.1f s (attempt %d)", redact(self.uri), delay, attempt)
                     if self._stopping.wait(delay) or not self._current(generation):
                         break
                     try:
@@ -132,7 +154,8 @@ class LiveSource(FrameSource):
                     if not self._current(generation):
                         break
                     self.reconnects += 1
-                    log.warning("%s: reconnected", self.uri)
+                    self.reconnecting = False
+                    log.warning("%s: reconnected", redact(self.uri))
                     attempt = 0
                 try:
                     ok, frame = cap.read(spare) if spare is not None else cap.read()
@@ -145,6 +168,8 @@ class LiveSource(FrameSource):
                     cap.release()
                     cap = None
                     continue
+                if not self.width:
+                    self._learn(cap, frame)
                 with self._cond:
                     if generation != self._generation:
                         break  # abandoned while reading: the frame is not ours to publish
@@ -169,6 +194,9 @@ class LiveSource(FrameSource):
                     self.end_reason = "stopped"
                     return None
                 remaining = deadline - time.monotonic()
+                if remaining <= 0 and not self.width:
+                    deadline = time.monotonic() + self.timeout  # never up yet: its grabber is connecting, not stuck
+                    continue
                 if remaining <= 0:
                     self.stalls += 1
                     log.warning("%s: no frame for %g s: the stream has stalled, reconnecting", self.uri, self.timeout)

@@ -1,0 +1,128 @@
+"""Issue 25, case 2 continued: a live source still down after ``source.timeout_s`` at start is reconnected in the
+background like one lost mid-run, reported as reconnecting, and its frames flow (tagged) once it is up.
+
+The real CLI in a subprocess; the camera is a real HTTP stream of a video (FFmpeg reads it as a live source) that
+starts listening only when the test says so; the other source is a looping file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import cv2
+
+from tests.faults.conftest import Cli, closed_port, free_port, http_get
+from tests.helpers import assert_one_line_error, run_cli
+
+
+def _metric(metrics: str, line_start: str) -> float | None:
+    try:
+        _, text = http_get(f"http://{metrics}/metrics", 2.0)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(line_start):
+            return float(line.split()[-1])
+    return None
+
+
+def _wait_metric(metrics: str, line_start: str, value: float, cli: Cli, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _metric(metrics, line_start) == value:
+            return
+        assert cli.proc.poll() is None, cli.stderr
+        time.sleep(0.1)
+    raise AssertionError(f"{line_start} did not reach {value} within {timeout} s: {_metric(metrics, line_start)}")
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _config(tmp_path: Path, media: dict[str, Path], cam: str) -> Path:
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"model: {{path: {media['model']}}}\n"
+                   "track: {tracker: bytetrack}\n"
+                   "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
+                   "sources:\n"
+                   f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5}}\n"
+                   f"  - {{uri: '{media['long']}', name: door, loop: true}}\n"
+                   f"sinks: ['jsonl://{tmp_path}/{{source}}.jsonl', '{tmp_path}/{{source}}.mp4']\n",
+                   encoding="utf-8")
+    return cfg
+
+
+def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
+        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event]) -> None:
+    port, go = late_server
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}")
+    metrics = f"127.0.0.1:{free_port()}"
+    run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
+    try:
+        run.wait_for("reconnecting it in the background")
+        # down: the others run, the camera is reported as reconnecting, and it has no frames
+        _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
+        assert _lines(tmp_path / "door.jsonl") and not _lines(tmp_path / "cam.jsonl")
+        go.set()  # the camera comes up
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 0.0, run)
+        assert (_metric(metrics, 'edgert_source_reconnects_total{source="cam"}') or 0) >= 1
+        run.signal()
+        code, out = run.finish(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    per = {s["name"]: s for s in json.loads(out)["sources"]}
+    cam = per["cam"]
+    # the test's camera is a short video over HTTP: at its end it is lost and reconnected again, like a camera
+    assert cam["frames"] >= 10 and cam["reconnects"] >= 1
+    assert "cannot open" in cam["start_error"] and "error" not in cam
+    assert cam["ended"] == "stopped" and "counts" in cam  # its line was resolved on its own first frame
+    records = _lines(tmp_path / "cam.jsonl")
+    assert len(records) == cam["frames"] and {r["source"] for r in records} == {"cam"}
+    video = cv2.VideoCapture(str(tmp_path / "cam.mp4"))
+    try:
+        assert int(video.get(cv2.CAP_PROP_FRAME_COUNT)) == cam["frames"]
+        assert int(video.get(cv2.CAP_PROP_FRAME_WIDTH)) == 96  # sized by its first frame, not at the start
+    finally:
+        video.release()
+    assert f"127.0.0.1:{port}/{media['long'].name}: reconnecting in" in run.stderr and "reconnected" in run.stderr
+
+
+def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, media: dict[str, Path]) -> None:
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{closed_port()}/v.avi")
+    run = Cli("run", "--config", str(cfg), "--json")
+    try:
+        run.wait_for("reconnecting in")  # the background attempts, after the start's
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "door.jsonl")) < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run.signal()
+        code, out = run.finish(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    per = {s["name"]: s for s in json.loads(out)["sources"]}
+    assert per["cam"]["reconnecting"] is True and per["cam"]["frames"] == 0 and per["cam"]["reconnects"] == 0
+    assert "cannot open" in per["cam"]["start_error"]
+    assert per["door"]["frames"] > 0
+    assert not (tmp_path / "cam.mp4").exists()  # no frame, no video: nothing was made for it
+
+
+def test_the_run_fails_when_no_source_ever_opens(tmp_path: Path, media: dict[str, Path]) -> None:
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"model: {{path: {media['model']}}}\nsources:\n"
+                   f"  - {{uri: 'http://127.0.0.1:{closed_port()}/a.avi', name: a, timeout_s: 1}}\n"
+                   f"  - {{uri: 'http://127.0.0.1:{closed_port()}/b.avi', name: b, timeout_s: 1}}\n",
+                   encoding="utf-8")
+    proc = run_cli("run", "--config", str(cfg))
+    assert_one_line_error(proc, "no source could be opened", "a: ", "a.avi: cannot open", "b: ", "b.avi")
