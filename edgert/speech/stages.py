@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError
+from edgert.errors import BackendError, ConfigError
 
 __all__ = ["SPEECH_TASKS", "build_chain", "resolve_chain"]
 
@@ -46,8 +46,13 @@ def resolve_chain(config: PipelineConfig) -> tuple[tuple[str, ...], dict[str, An
     return chain, {k: v for k, v in models.items() if k in chain}
 
 
-def build_chain(config: PipelineConfig, on_event: Any = None) -> Any:
-    """A :class:`~edgert.speech.chain.SpeechChain` with every stage of the config opened."""
+def build_chain(config: PipelineConfig, on_event: Any = None, like: Any = None) -> Any:
+    """A :class:`~edgert.speech.chain.SpeechChain` with every stage of the config opened.
+
+    ``like``: a chain of the same run (another source): its Whisper is forked (one model in memory, sessions
+    shared, state per chain; :meth:`Transcriber.fork`) instead of loaded again. VAD and wake word are opened
+    per chain: they are small and carry a stream's state in their sessions' inputs.
+    """
     from edgert.speech.asr import Transcriber
     from edgert.speech.chain import SpeechChain
     from edgert.speech.vad import VoiceActivity
@@ -69,7 +74,14 @@ def build_chain(config: PipelineConfig, on_event: Any = None) -> Any:
             ww = WakeWord(models["wakeword"], w.melspec or None, w.embedding or None, backend, threads,
                           threshold=w.threshold, refractory_s=w.refractory_s)
             stack.callback(ww.close)
-        if "asr" in chain:
+        if "asr" in chain and like is not None and like.asr is not None:
+            try:
+                asr = like.asr.fork()
+            except BackendError:  # a backend that cannot fork its sessions: a second copy, as before
+                asr = None
+            if asr is not None:
+                stack.callback(asr.close)
+        if "asr" in chain and asr is None:
             asr = Transcriber(models["asr"], backend, threads, max_tokens=sp.asr.max_tokens, decoder=sp.asr.decoder,
                               no_speech_threshold=sp.asr.no_speech_threshold,
                               logprob_threshold=sp.asr.logprob_threshold,
