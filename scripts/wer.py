@@ -13,6 +13,10 @@ and with the fallback, on the same clips (interleaved clip by clip, so a loaded 
 and reports each one's WER and real-time factor (wall seconds, and CPU seconds of all threads, per second
 of audio: the CPU figure moves less when other work shares the machine). ``--synth`` scores the held-out sentences of
 ``scripts/heldout_speech.py``, spoken by espeak-ng into a temporary folder, instead of ``--audio``.
+``--check-default --modes auto,...`` runs the held-out sentences, then ``--audio``, in one process and prints, per
+mode, the held-out WER, the shared WER, the shared clips' wall RTF with the 1-minute load average sampled at
+each clip, and the CPU RTF (all threads, and per thread: ONNX Runtime's intra-op threads, ``--threads`` or one per
+physical core); ``auto`` is the default decoding of ``edgert run`` (edgert.search_rules.auto_decoding).
 """
 
 from __future__ import annotations
