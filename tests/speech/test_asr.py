@@ -33,7 +33,7 @@ def test_segment_times_are_kept(whisper: Transcriber, clip_0930: np.ndarray) -> 
 def test_bucketed_decoder_matches_the_exact_one(speech_models: Path, whisper: Transcriber,
                                                clip_0930: np.ndarray) -> None:
     """Fixed-shape Sessions with padded tokens give the exact-length logits: the decoder is causal."""
-    from edgert.speech.asr import _BucketedDecoder
+    from edgert.speech.whisper_decoders import _BucketedDecoder
 
     whisper.transcribe(clip_0930)
     tokens = np.zeros((1, 20), dtype=np.int64)
