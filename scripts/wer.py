@@ -13,12 +13,17 @@ and with the fallback, on the same clips (interleaved clip by clip, so a loaded 
 and reports each one's WER and real-time factor (wall seconds, and CPU seconds of all threads, per second
 of audio: the CPU figure moves less when other work shares the machine). ``--synth`` scores the held-out sentences of
 ``scripts/heldout_speech.py``, spoken by espeak-ng into a temporary folder, instead of ``--audio``.
+``--check-default --modes auto,...`` runs the held-out sentences, then ``--audio``, in one process and prints, per
+mode, the held-out WER, the shared WER, the shared clips' wall RTF with the 1-minute load average sampled at
+each clip, and the CPU RTF (all threads, and per thread: ONNX Runtime's intra-op threads, ``--threads`` or one per
+physical core); ``auto`` is the default decoding of ``edgert run`` (edgert.search_rules.auto_decoding).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import sys
@@ -30,6 +35,8 @@ from typing import Any
 from _bench import assets_dir, machine_info
 from heldout_speech import synthesize
 
+from edgert.backends import gpu_backends
+from edgert.search_rules import auto_decoding
 from edgert.speech import Transcriber, normalize_text, read_audio, wer, word_errors
 from edgert.speech.decoding import FALLBACK_TEMPERATURES
 
@@ -42,7 +49,19 @@ MODES: dict[str, tuple[str, tuple[float, ...]]] = {
     "greedy>beam": ("greedy", (0.0,)),  # beam only for windows greedy fails the fallback checks on
     "beam2": ("beam", (0.0,)),  # narrower beams (the size is in the name)
     "beam3": ("beam", (0.0,)),
+    "beam5": ("beam", (0.0,)),
+    "auto": ("auto", (0.0,)),  # what edgert run does by default: the device's choice (edgert.search_rules)
 }
+
+
+def _physical_cores() -> int:
+    """Physical cores (distinct core ids of /proc/cpuinfo), else os.cpu_count()."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.cpu_count() or 1
+    cores = set(re.findall(r"physical id\s*:\s*(\d+)[\s\S]*?core id\s*:\s*(\d+)", text))
+    return len(cores) or os.cpu_count() or 1
 
 
 def read_transcription(path: Path) -> dict[str, str]:
@@ -101,10 +120,12 @@ def main() -> int:
             ok = True
             for mode in held["modes"]:
                 w, r = held["modes"][mode]["wer"], shared["modes"][mode]["rtf"]
-                c = shared["modes"][mode]["cpu_rtf"]
+                c, ct = shared["modes"][mode]["cpu_rtf"], shared["modes"][mode]["cpu_rtf_per_thread"]
                 print(f"default check {mode:<14} held-out WER {w * 100:.2f}% ({'ok' if w <= 0.10 else 'over 10%'}), "
-                      f"shared clips wall RTF {r:.3f} ({'ok' if r < 1 else 'over 1'}; cpu {c:.3f}), load avg "
-                      f"{shared.get('machine', machine_info())['loadavg'][0]:.1f}")
+                      f"shared WER {shared['modes'][mode]['wer'] * 100:.2f}%, shared clips wall RTF {r:.3f} "
+                      f"({'ok' if r < 1 else 'over 1'}) at load avg {shared['loadavg_1min_mean']:.1f} "
+                      f"({shared['loadavg_1min_range'][0]:.1f}-{shared['loadavg_1min_range'][1]:.1f}); CPU RTF "
+                      f"{c:.3f} = {ct:.3f} per thread x {shared['threads']}")
                 ok = ok and (mode != next(iter(held["modes"])) or (w <= 0.10 and r < 1))
             return 0 if ok else 2
         if args.synth:
@@ -137,6 +158,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     results: dict[str, dict[str, Any]] = {m: {"hypotheses": [], "seconds": 0.0, "cpu_seconds": 0.0, "clips": []}
                                      for m in modes}
     references: list[str] = []
+    loads: list[float] = []  # the 1-minute load average at each clip: what the wall figures shared the box with
     audio_seconds = 0.0
     t_start = time.perf_counter()
     with Transcriber(args.model, backend=args.backend, threads=args.threads, beam_size=args.beam_size) as asr:
@@ -145,11 +167,14 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
             ref = refs.get(clip.stem, "")
             references.append(ref)
             audio_seconds += len(audio) / 16000
+            loads.append(os.getloadavg()[0])
             print(f"{clip.name}  ref: {ref}")
             for mode in modes:
                 asr.decoding, asr.temperatures = MODES[mode]  # type: ignore[assignment]
                 asr.beam_rescue = mode == "greedy>beam"
                 asr.beam_size = int(mode[4:]) if mode[4:].isdigit() else args.beam_size
+                if mode == "auto":
+                    asr.decoding, asr.beam_size = auto_decoding(asr.encoder.backend_name in gpu_backends())  # type: ignore[assignment]
                 before = asr.stats["fallback_windows"]
                 c0, t0 = time.process_time(), time.perf_counter()
                 text = asr.transcribe(audio).text
@@ -168,7 +193,12 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
     total = time.perf_counter() - t_start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     print(f"time {total:.1f} s with model loading; peak RSS {peak_mb:.0f} MiB")
+    # ONNX Runtime's intra-op threads: --threads, or its default, one per physical core (os.cpu_count() counts
+    # logical ones; on a box without SMT they agree). CPU RTF per thread = process CPU s / audio s / threads.
+    threads = args.threads or _physical_cores()
     summary: dict[str, Any] = {"audio": str(audio_dir) if not args.synth else "espeak-ng held-out sentences",
+                               "threads": threads, "loadavg_1min_mean": round(sum(loads) / len(loads), 2),
+                               "loadavg_1min_range": [round(min(loads), 2), round(max(loads), 2)],
                                "n_clips": len(clips), "words": words, "audio_seconds": round(audio_seconds, 3),
                                "beam_size": args.beam_size, "model": args.model, "backend": args.backend,
                                "seconds_total": round(total, 3), "peak_rss_mb": round(peak_mb, 1),
@@ -182,6 +212,7 @@ def score(args: argparse.Namespace, audio_dir: Path) -> int:
                                   "errors": sum(c["errors"] for c in r["clips"]),
                                   "rtf": round(r["seconds"] / audio_seconds, 4),
                                   "cpu_rtf": round(r["cpu_seconds"] / audio_seconds, 4),
+                                  "cpu_rtf_per_thread": round(r["cpu_seconds"] / audio_seconds / threads, 4),
                                   "fallback_clips": sum(c["fell_back"] for c in r["clips"]), "clips": r["clips"]}
         print(f"{mode:<16} WER {s * 100:.2f}% ({args.normalizer}; {other} {s_other * 100:.2f}%) over {len(clips)} "
               f"clips, {words} words (target <= 10%)  "

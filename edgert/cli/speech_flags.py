@@ -13,6 +13,7 @@ from typing import Any
 
 from edgert.config import FieldError, PipelineConfig
 from edgert.errors import ConfigError
+from edgert.search_rules import AUTO_CPU, AUTO_GPU, DECODINGS
 
 __all__ = ["add_asr_arguments", "apply_asr_flags"]
 
@@ -25,8 +26,9 @@ _ASR_FLAGS = {"decoding": "--decoding", "beam_size": "--beam-size", "temperature
 def add_asr_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of Whisper's token search on ``edgert run`` (they override ``speech.asr``)."""
     g = p.add_argument_group("speech recognition (--task asr; speech.asr.decoding ...; docs/speech.md)")
-    g.add_argument("--decoding", choices=["greedy", "beam"],
-                   help="Whisper's token search: greedy (default) or openai-whisper's beam search")
+    g.add_argument("--decoding", choices=list(DECODINGS),
+                   help=f"Whisper's token search: auto (default: {AUTO_GPU[0]} {AUTO_GPU[1]} on a GPU, {AUTO_CPU[0]} "
+                        f"{AUTO_CPU[1]} on the CPU), greedy, or openai-whisper's beam search")
     g.add_argument("--beam-size", type=int, metavar="N", help="beams with --decoding beam (default 5)")
     g.add_argument("--fallback", action="store_true", default=None,
                    help="openai-whisper's temperature fallback: a repetitive or improbable window is decoded "

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from edgert.decoder_kinds import decode_kinds
-from edgert.search_rules import at_least_one, length_penalty_problem, patience_problem, temperatures_problem
+from edgert.search_rules import (
+    at_least_one,
+    auto_decoding,
+    decoding_problem,
+    length_penalty_problem,
+    patience_problem,
+    temperatures_problem,
+)
 
 #: Upper bounds on counts that allocate per unit (frame buffers, sessions).
 MAX_QUEUE_SIZE = 64
@@ -238,7 +245,9 @@ class WakeWordConfig:
 class AsrConfig:
     """Whisper: a folder holding encoder.onnx, decoder.onnx and tokenizer.json, and how its tokens are searched.
 
-    ``decoding``: ``greedy`` or ``beam`` (openai-whisper's beam search). ``temperatures``: the fallback
+    ``decoding``: ``auto`` (the default: the device decides, beam 5 on a GPU and beam 3 on the CPU, from the
+    measured tables of docs/speech.md: :func:`edgert.search_rules.auto_decoding`), ``greedy`` or ``beam``
+    (openai-whisper's beam search, ``beam_size`` beams). ``temperatures``: the fallback
     schedule; ``[0.0]`` decodes once, ``[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]`` is openai-whisper's. The search keys
     left at None take openai-whisper's values where they apply and are refused where they cannot
     (``beam_size`` with greedy decoding, ``best_of`` without a temperature above 0, ...).
@@ -249,8 +258,8 @@ class AsrConfig:
     decoder: Literal["auto", "exact", "bucketed"] = "auto"
     no_speech_threshold: float | None = 0.6  # Whisper's silence rule; None: keep every text
     logprob_threshold: float = -1.0
-    decoding: Literal["greedy", "beam"] = "greedy"
-    beam_size: int | None = None  # beam only; None: 5
+    decoding: Literal["auto", "greedy", "beam"] = "auto"
+    beam_size: int | None = None  # beam only; None: 5 (auto picks its own)
     patience: float | None = None  # beam only; None: 1.0 (stop once beam_size sequences have ended)
     length_penalty: float | None = None  # ranking of beams or samples: None sum logprob / length, else alpha 0..1
     temperatures: tuple[float, ...] = (0.0,)
@@ -263,18 +272,24 @@ class AsrConfig:
         if self.no_speech_threshold is not None:
             _check(0.0 <= self.no_speech_threshold <= 1.0, "no_speech_threshold",
                    f"expected 0..1, got {self.no_speech_threshold}")
+        _rule(decoding_problem(self.decoding), "decoding")
         beam = self.decoding == "beam"
+        auto = self.decoding == "auto"
         t = self.temperatures
-        _rule(temperatures_problem(t, beam), "temperatures")
+        _rule(temperatures_problem(t, beam or auto), "temperatures")  # auto may run beams
         sampled = any(x > 0 for x in t)
+        why = (f"decoding is auto, which picks its own ({auto_decoding(True)[0]} {auto_decoding(True)[1]} on a GPU, "
+               f"{auto_decoding(False)[0]} {auto_decoding(False)[1]} on the CPU): set decoding: beam" if auto
+               else "decoding is greedy")
         for name in ("beam_size", "patience"):
-            _check(getattr(self, name) is None or beam, name, "applies to decoding: beam only (decoding is greedy)")
+            _check(getattr(self, name) is None or beam, name, f"applies to decoding: beam only ({why})")
         _rule(None if self.beam_size is None else at_least_one(self.beam_size), "beam_size")
         _rule(patience_problem(self.patience, self.beam_size), "patience")
         _check(self.best_of is None or sampled, "best_of",
                "applies to sampling only: add a temperature above 0 to temperatures")
         _rule(None if self.best_of is None else at_least_one(self.best_of), "best_of")
-        _check(self.length_penalty is None or beam or sampled, "length_penalty",
+        auto_beams = auto and auto_decoding(True)[0] == auto_decoding(False)[0] == "beam"
+        _check(self.length_penalty is None or beam or auto_beams or sampled, "length_penalty",
                "ranks beams or samples: it needs decoding: beam or a temperature above 0")
         _rule(length_penalty_problem(self.length_penalty), "length_penalty")
         _check(self.compression_ratio_threshold is None or len(t) > 1, "compression_ratio_threshold",

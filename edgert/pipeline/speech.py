@@ -154,8 +154,8 @@ class SpeechProcessor(Processor):
         self.chain_names, self.models = resolve_chain(config)
         self.chains: list[SpeechChain] = []
         try:
-            for _ in range(max(1, sources)):
-                self.chains.append(build_chain(config))
+            for _ in range(max(1, sources)):  # one Whisper for all: the later chains fork the first one's
+                self.chains.append(build_chain(config, like=self.chains[0] if self.chains else None))
         except BaseException:
             self.close()
             raise

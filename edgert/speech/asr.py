@@ -29,22 +29,26 @@ shapes, encoder_out [1, 1500, d]) runs the rows one after another.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import numpy as np
-import onnx
 
 from edgert._lazy import lazy_import
-from edgert.backends import Session, SessionOptions, open_session
-from edgert.backends.onnxruntime import load_ort_session
-from edgert.errors import BackendError, InputError, ModelError, reraise_as
-from edgert.onnx_file import read_onnx
-from edgert.search_rules import at_least_one, length_penalty_problem, patience_problem, temperatures_problem
-from edgert.speech.decoder_split import add_last_logits, split_decoder
+from edgert.backends import SessionOptions, gpu_backends, open_session
+from edgert.errors import InputError, ModelError, reraise_as
+from edgert.search_rules import (
+    at_least_one,
+    auto_decoding,
+    decoding_problem,
+    length_penalty_problem,
+    patience_problem,
+    temperatures_problem,
+)
 from edgert.speech.decoding import (
     Decoded,
     beam_search,
@@ -57,6 +61,13 @@ from edgert.speech.decoding import (
 )
 from edgert.speech.features import N_FRAMES, N_SAMPLES, SAMPLE_RATE, WhisperFeatures
 from edgert.speech.results import SpeechSegment, Transcript
+from edgert.speech.whisper_decoders import (
+    BUCKETS,
+    END_TOKEN,
+    _BucketedDecoder,
+    _Decoder,
+    _ExactOrtDecoder,
+)
 
 __all__ = ["END_TOKEN", "START_TOKENS", "Transcriber", "whisper_files"]
 
@@ -64,13 +75,11 @@ log = logging.getLogger(__name__)
 
 #: <|startoftranscript|>, <|notimestamps|> for the English-only models; <|endoftext|> ends the text.
 START_TOKENS: tuple[int, ...] = (50257, 50362)
-END_TOKEN = 50256
 PREV_TOKEN = 50360  # <|startofprev|> in the English-only vocabulary: the previous text follows, as a prompt
 MAX_PROMPT = 223  # the reference's n_text_ctx // 2 - 1
 BLANK_TOKEN = 220  # "Ġ": Whisper never lets the text start with a bare space
 NO_SPEECH_TOKEN = 50361  # <|nocaptions|> in the English-only vocabulary
 MAX_TOKENS = 224  # Whisper's sample_len: half the decoder's 448-token context
-_BUCKETS = (16, 32, 64, 128, 256)
 
 
 def _logsumexp(x: np.ndarray) -> float:
@@ -95,202 +104,6 @@ def whisper_files(model_dir: str | Path) -> tuple[Path, Path, Path]:
     return files
 
 
-class _Decoder(Protocol):
-    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray: ...
-    def last_logits(self, tokens: np.ndarray) -> np.ndarray: ...
-    def set_encoder_out(self, encoder_out: np.ndarray) -> None: ...
-    def close(self) -> None: ...
-
-
-def _check_decoder_inputs(path: Path, names: list[str]) -> None:
-    if sorted(names) != ["encoder_out", "tokens"]:
-        raise ModelError(f"{path}: not a Whisper decoder without KV cache: inputs are {', '.join(names)}; "
-                         "expected tokens, encoder_out")
-
-
-def _ort_from_proto(model: onnx.ModelProto, what: str, threads: int) -> Any:
-    """An ONNX Runtime CPU session on an in-memory model, with the backend's options."""
-    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    with reraise_as(ModelError, f"{what}: ONNX Runtime cannot load it"):  # onnxruntime's pybind11 exceptions
-        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
-
-
-class _ExactOrtDecoder:
-    """ONNX Runtime run on the true token count each step.
-
-    The decoder is split (:mod:`edgert.speech.decoder_split`): the cross-attention keys and values are
-    computed once per window instead of once per token, same arithmetic, about 4x less work a step.
-    """
-
-    def __init__(self, path: Path, threads: int) -> None:
-        model = read_onnx(path)
-        inits = {i.name for i in model.graph.initializer}
-        _check_decoder_inputs(path, [i.name for i in model.graph.input if i.name not in inits])
-        split = split_decoder(model)
-        self._cross: Any = None
-        self._hoisted: list[str] = []
-        self._last: str | None = None  # the last-position output (decoder_split.add_last_logits)
-        self._last_ok: bool | None = None  # None: not checked against the full logits yet
-        if split is None:
-            self._step: Any = load_ort_session(path, ["CPUExecutionProvider"], threads)
-        else:
-            cross, step, self._hoisted = split
-            self._last = add_last_logits(step)
-            for inp in step.graph.input:  # declared [1, n]; the graph itself reads the batch from the tokens
-                if inp.name == "tokens" and inp.type.tensor_type.shape.dim:
-                    inp.type.tensor_type.shape.dim[0].dim_param = "batch"
-            self._cross = _ort_from_proto(cross, f"{path} (cross-attention part)", threads)
-            try:
-                self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
-            except ModelError:
-                if self._last is None:
-                    raise
-                # The last-position branch is an optimization: a graph it does not fit loads without it.
-                log.info("%s: the last-position logits do not fit this decoder; computing all positions", path)
-                del step.graph.output[-1]
-                kept = [n for n in step.graph.node if not n.name.startswith("edgert_last/")]
-                del step.graph.node[:]
-                step.graph.node.extend(kept)
-                self._last = None
-                self._step = _ort_from_proto(step, f"{path} (per-token part)", threads)
-        del model
-        self._out = self._step.get_outputs()[0].name
-        self._feed: dict[str, np.ndarray] = {}
-        self._tiled: dict[str, np.ndarray] = {}  # the hoisted tensors repeated for a batch of sequences
-        self.batched: bool | None = None if self._cross is not None else False  # None: not tried yet
-
-    def set_encoder_out(self, encoder_out: np.ndarray) -> None:
-        if self._cross is None:
-            self._feed = {"encoder_out": encoder_out}
-            return
-        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
-            values = self._cross.run(self._hoisted, {"encoder_out": encoder_out})
-        self._feed = dict(zip(self._hoisted, values))
-        self._tiled = {}
-
-    def _run(self, tokens: np.ndarray, feed: dict[str, np.ndarray], output: str | None = None) -> np.ndarray:
-        with reraise_as(BackendError, "Whisper decoder failed"):  # onnxruntime's pybind11 exception types
-            out: np.ndarray = self._step.run([output or self._out], {"tokens": tokens, **feed})[0]
-        return out
-
-    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
-        """Logits [n, vocab] of the first ``n`` tokens of row 0."""
-        out: np.ndarray = self._run(np.ascontiguousarray(tokens[:1, :n]), self._feed)[0]
-        return out
-
-    def _batch_feed(self, b: int) -> dict[str, np.ndarray]:
-        """The hoisted tensors for ``b`` sequences: repeated once per window, sliced for smaller batches."""
-        if b == 1:
-            return self._feed
-        have = next(iter(self._tiled.values())).shape[0] if self._tiled else 0
-        if have < b:
-            self._tiled = {k: np.repeat(v, b, axis=0) for k, v in self._feed.items()}
-            have = b
-        return self._tiled if have == b else {k: v[:b] for k, v in self._tiled.items()}
-
-    def _fast(self, tokens: np.ndarray) -> np.ndarray:
-        """Last-position logits [B, vocab] in one run: the last-position output when it checked out."""
-        b, n = tokens.shape
-        feed = self._batch_feed(b)
-        if self._last is not None and self._last_ok:
-            last: np.ndarray = self._run(tokens, feed, self._last).reshape(b, -1)
-            return last
-        out: np.ndarray = self._run(tokens, feed).reshape(b, n, -1)[:, -1]
-        return out
-
-    def _agrees(self, tokens: np.ndarray, reference: np.ndarray) -> bool:
-        try:
-            got = self._fast(tokens)
-        except (BackendError, ValueError):
-            return False
-        return got.shape == reference.shape and bool(np.allclose(got, reference, atol=1e-3))
-
-    def last_logits(self, tokens: np.ndarray) -> np.ndarray:
-        """Next-token logits [B, vocab] of B sequences of one length.
-
-        One run for all B and the last position only, once a first call has checked both against the full
-        logits row by row (an export that does not allow one of them keeps the plain way for it).
-        """
-        b, n = tokens.shape
-        if (self._last is not None and self._last_ok is None) or (b > 1 and self.batched is None):
-            rows = np.stack([self.logits(tokens[i : i + 1], n)[-1] for i in range(b)])
-            if self._last is not None and self._last_ok is None:
-                self._last_ok = True
-                self._last_ok = self._agrees(tokens[:1], rows[:1])
-            if b > 1 and self.batched is None:
-                self.batched = self._agrees(tokens, rows)
-                if not self.batched:
-                    log.warning("Whisper decoder: this export does not run several sequences in one batch; "
-                                "beams run one after another")
-            return rows
-        if b == 1 or self.batched:
-            return self._fast(tokens)
-        return np.concatenate([self._fast(tokens[i : i + 1]) for i in range(b)])
-
-    def close(self) -> None:
-        self._step = None
-        self._cross = None
-        self._feed = {}
-        self._tiled = {}
-
-
-class _BucketedDecoder:
-    """Fixed-shape Sessions for a few token lengths; the tail is padded (the decoder is causal)."""
-
-    def __init__(self, path: Path, backend: str, threads: int) -> None:
-        self._path = path
-        self._backend = backend
-        self._threads = threads
-        self._sessions: dict[int, Session] = {}
-        self._fresh: set[int] = set()  # buckets whose encoder_out buffer holds the current utterance
-        self._encoder_out: np.ndarray | None = None
-
-    def _session(self, length: int) -> Session:
-        sess = self._sessions.get(length)
-        if sess is None:
-            opts = SessionOptions(threads=self._threads, shapes={"tokens": (1, length)})
-            sess = open_session(self._path, self._backend, opts)
-            _check_decoder_inputs(self._path, [s.name for s in sess.input_specs])
-            self._sessions[length] = sess
-        return sess
-
-    def set_encoder_out(self, encoder_out: np.ndarray) -> None:
-        self._encoder_out = encoder_out
-        self._fresh.clear()
-
-    def logits(self, tokens: np.ndarray, n: int) -> np.ndarray:
-        length = next((b for b in _BUCKETS if b >= n), _BUCKETS[-1])
-        sess = self._session(length)
-        if length not in self._fresh and self._encoder_out is not None:
-            np.copyto(sess.inputs["encoder_out"], self._encoder_out)
-            self._fresh.add(length)
-        buf = sess.inputs["tokens"]
-        buf.fill(END_TOKEN)
-        buf[0, :n] = tokens[0, :n]
-        out: np.ndarray = sess.infer()[sess.output_specs[0].name][0, :n]
-        return out
-
-    def last_logits(self, tokens: np.ndarray) -> np.ndarray:
-        """Next-token logits [B, vocab]: a fixed [1, L] engine, so the rows run one after another."""
-        n = tokens.shape[1]
-        out = np.empty((tokens.shape[0], 0), dtype=np.float32)
-        for i in range(tokens.shape[0]):
-            row = self.logits(tokens[i : i + 1], n)[n - 1]  # a view of the Session's output buffer: copy it out
-            if i == 0:
-                out = np.empty((tokens.shape[0], row.shape[0]), dtype=row.dtype)
-            out[i] = row
-        return out
-
-    def close(self) -> None:
-        for sess in self._sessions.values():
-            sess.close()
-        self._sessions.clear()
-
-
 class Transcriber:
     """Whisper (tiny.en and other English-only exports): greedy decoding, or openai-whisper's beam search.
 
@@ -298,8 +111,10 @@ class Transcriber:
     longer than 30 s is read in consecutive 30 s windows. ``transcribe_segment`` keeps a VAD
     segment's times.
 
-    ``decoding``: ``greedy`` (the most probable token each step) or ``beam`` (``beam_size`` beams,
-    ``patience``, ranked by sum log-probability over length, or ``length_penalty`` alpha as in Google NMT).
+    ``decoding``: ``greedy`` (the most probable token each step), ``beam`` (``beam_size`` beams,
+    ``patience``, ranked by sum log-probability over length, or ``length_penalty`` alpha as in Google NMT)
+    or ``auto`` (the config's default: beam 5 where the encoder runs on a GPU, beam 3 on the CPU, replacing
+    ``beam_size``: :func:`edgert.search_rules.auto_decoding`; :attr:`auto_device` says which).
     ``temperatures``: openai-whisper's fallback schedule; ``(0.0,)`` decodes once, and with more a window
     whose text is repetitive (compression ratio above ``compression_ratio_threshold``) or improbable (mean
     log-probability below ``logprob_threshold``) is decoded again at the next temperature, by sampling
@@ -315,7 +130,7 @@ class Transcriber:
         decoder: Literal["auto", "exact", "bucketed"] = "auto",
         no_speech_threshold: float | None = 0.6,
         logprob_threshold: float = -1.0,
-        decoding: Literal["greedy", "beam"] = "greedy",
+        decoding: Literal["auto", "greedy", "beam"] = "greedy",
         beam_size: int = 5,
         patience: float | None = None,
         length_penalty: float | None = None,
@@ -326,8 +141,8 @@ class Transcriber:
         condition_on_previous_text: bool = True,
     ) -> None:
         enc_path, dec_path, tok_path = whisper_files(model_dir)
-        if not 1 <= max_tokens <= _BUCKETS[-1] - len(START_TOKENS):
-            raise InputError(f"max_tokens must be 1..{_BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
+        if not 1 <= max_tokens <= BUCKETS[-1] - len(START_TOKENS):
+            raise InputError(f"max_tokens must be 1..{BUCKETS[-1] - len(START_TOKENS)}, got {max_tokens}")
         self._check_search(decoding, beam_size, patience, length_penalty, tuple(temperatures), best_of)
         tokenizers = lazy_import("tokenizers", "Whisper's tokenizer")
         with reraise_as(ModelError, f"{tok_path}: cannot read the tokenizer"):  # a plain Exception from Rust
@@ -342,6 +157,7 @@ class Transcriber:
         self.temperatures = tuple(float(t) for t in temperatures)
         self.best_of = best_of
         self.compression_ratio_threshold = compression_ratio_threshold
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
         #: windows decoded, and those decoded again at a higher temperature (at least once)
         self.stats: dict[str, int] = {"windows": 0, "fallback_windows": 0, "attempts": 0, "rescued_windows": 0}
@@ -356,6 +172,12 @@ class Transcriber:
         self.encoder = open_session(enc_path, backend, SessionOptions(threads=threads))
         try:
             self._check_encoder(enc_path)
+            #: ``decoding='auto'``: which device chose (``gpu`` or ``cpu``); None when the decoding was given
+            self.auto_device: str | None = None
+            if decoding == "auto":  # the device decides: beam 5 on a GPU, the CPU's choice on the CPU
+                self.auto_device = "gpu" if self.encoder.backend_name in gpu_backends() else "cpu"
+                chosen, self.beam_size = auto_decoding(self.auto_device == "gpu")
+                self.decoding = "beam" if chosen == "beam" else "greedy"
             if decoder == "auto":
                 decoder = "exact" if self.encoder.backend_name == "onnxruntime" else "bucketed"
             self.decoder_mode = decoder
@@ -372,12 +194,13 @@ class Transcriber:
     @staticmethod
     def _check_search(decoding: str, beam_size: int, patience: float | None, length_penalty: float | None,
                       temperatures: tuple[float, ...], best_of: int) -> None:
-        if decoding not in ("greedy", "beam"):
-            raise InputError(f"decoding must be greedy or beam, got {decoding!r}")
+        problem = decoding_problem(decoding)
+        if problem is not None:
+            raise InputError(f"decoding: {problem}")
         problems = [("beam_size", at_least_one(beam_size)), ("best_of", at_least_one(best_of)),
                     ("patience", patience_problem(patience, beam_size)),
                     ("length_penalty", length_penalty_problem(length_penalty)),
-                    ("temperatures", temperatures_problem(temperatures, decoding == "beam"))]
+                    ("temperatures", temperatures_problem(temperatures, decoding != "greedy"))]
         for name, problem in problems:
             if problem is not None:
                 raise InputError(f"{name}: {problem}")
@@ -462,7 +285,7 @@ class Transcriber:
     @property
     def _context(self) -> int:
         """Tokens a decoder call can hold: Whisper's 448, or the largest bucket of the fixed-shape decoder."""
-        return 448 if self.decoder_mode == "exact" else _BUCKETS[-1]
+        return 448 if self.decoder_mode == "exact" else BUCKETS[-1]
 
     def _decode_window(self, audio: np.ndarray, ungated: bool = False, prompt: Sequence[int] = ()) -> Decoded:
         self._features(audio, out=self.encoder.inputs[self._mel_name])
@@ -478,13 +301,12 @@ class Transcriber:
         initial = (PREV_TOKEN, *kept, *START_TOKENS) if kept else START_TOKENS
         self.stats["prompted_windows"] = self.stats.get("prompted_windows", 0) + bool(kept)
         start = np.array([initial], dtype=np.int64)
-        all_logits = self._decoder.logits(start, len(initial))
-        # Whisper's no-speech probability: <|nocaptions|> right after <|startoftranscript|>.
-        sot = len(initial) - len(START_TOKENS)
-        no_speech = (float(_softmax_at(all_logits[sot], NO_SPEECH_TOKEN)) if all_logits.shape[1] > NO_SPEECH_TOKEN
-                     else 0.0)
+        # The start tokens' last len(START_TOKENS) positions: <|startoftranscript|> gives Whisper's no-speech
+        # probability (<|nocaptions|> right after it), the last one the first text token.
+        tail = self._decoder.tail_logits(start, len(START_TOKENS))
+        no_speech = float(_softmax_at(tail[0], NO_SPEECH_TOKEN)) if tail.shape[1] > NO_SPEECH_TOKEN else 0.0
         # a copy: the bucketed decoder's output buffer is reused
-        step = self._step_fn(np.array(all_logits[len(initial) - 1]), len(initial))
+        step = self._step_fn(np.array(tail[-1]), len(initial))
         tried = decode_with_fallback(
             lambda t: self._attempt(step, t, no_speech, initial=initial), self.temperatures,
             self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold, ungated)
@@ -566,6 +388,26 @@ class Transcriber:
             raise InputError("SpeechSegment has no audio: the VAD must keep segment audio for transcription")
         t = self.transcribe(segment.audio, segment.start, segment.stream, ungated=ungated, prompt=prompt)
         return dataclasses.replace(t, start=segment.start, end=segment.end)
+
+    def fork(self) -> Transcriber:
+        """A second Transcriber on the same model: the encoder and decoder sessions forked (one copy of the
+        weights in memory, ONNX Runtime's ``run`` being thread-safe), the tokenizer shared, and everything a
+        window changes (input and output buffers, the hoisted cross-attention tensors, the prompt, the search
+        settings a budget narrows, the statistics, the sampling generator) its own. Several sources of one run
+        each take a fork; a fork transcribes exactly as the original does."""
+        twin = copy.copy(self)
+        twin.encoder = self.encoder.fork()
+        try:
+            twin._decoder = self._decoder.fork()
+        except BaseException:
+            twin.encoder.close()
+            raise
+        twin.stats = {k: 0 for k in self.stats}
+        twin._rng = np.random.default_rng(self._seed)
+        twin.next_prompt = ()
+        twin.on_step = None
+        twin._features = WhisperFeatures(self._n_mels)
+        return twin
 
     def close(self) -> None:
         self.encoder.close()

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgert.config import PipelineConfig
-from edgert.errors import ConfigError
+from edgert.errors import BackendError, ConfigError
 
 if TYPE_CHECKING:
     from edgert.speech.chain import Event, SpeechChain
@@ -49,8 +49,14 @@ def resolve_chain(config: PipelineConfig) -> tuple[tuple[str, ...], dict[str, An
     return chain, {k: v for k, v in models.items() if k in chain}
 
 
-def build_chain(config: PipelineConfig, on_event: Callable[[Event], None] | None = None) -> SpeechChain:
-    """A :class:`~edgert.speech.chain.SpeechChain` with every stage of the config opened."""
+def build_chain(config: PipelineConfig, on_event: Callable[[Event], None] | None = None,
+                like: SpeechChain | None = None) -> SpeechChain:
+    """A :class:`~edgert.speech.chain.SpeechChain` with every stage of the config opened.
+
+    ``like``: a chain of the same run (another source): its Whisper is forked (one model in memory, sessions
+    shared, state per chain; :meth:`Transcriber.fork`) instead of loaded again. VAD and wake word are opened
+    per chain: they are small and carry a stream's state in their sessions' inputs.
+    """
     from edgert.speech.asr import Transcriber
     from edgert.speech.chain import SpeechChain
     from edgert.speech.vad import VoiceActivity
@@ -72,7 +78,14 @@ def build_chain(config: PipelineConfig, on_event: Callable[[Event], None] | None
             ww = WakeWord(models["wakeword"], w.melspec or None, w.embedding or None, backend, threads,
                           threshold=w.threshold, refractory_s=w.refractory_s)
             stack.callback(ww.close)
-        if "asr" in chain:
+        if "asr" in chain and like is not None and like.asr is not None:
+            try:
+                asr = like.asr.fork()
+            except BackendError:  # a backend that cannot fork its sessions: a second copy, as before
+                asr = None
+            if asr is not None:
+                stack.callback(asr.close)
+        if "asr" in chain and asr is None:
             asr = Transcriber(models["asr"], backend, threads, max_tokens=sp.asr.max_tokens, decoder=sp.asr.decoder,
                               no_speech_threshold=sp.asr.no_speech_threshold,
                               logprob_threshold=sp.asr.logprob_threshold,

@@ -33,7 +33,7 @@ def test_segment_times_are_kept(whisper: Transcriber, clip_0930: np.ndarray) -> 
 def test_bucketed_decoder_matches_the_exact_one(speech_models: Path, whisper: Transcriber,
                                                clip_0930: np.ndarray) -> None:
     """Fixed-shape Sessions with padded tokens give the exact-length logits: the decoder is causal."""
-    from edgert.speech.asr import _BucketedDecoder
+    from edgert.speech.whisper_decoders import _BucketedDecoder
 
     whisper.transcribe(clip_0930)
     tokens = np.zeros((1, 20), dtype=np.int64)
@@ -221,3 +221,49 @@ def test_long_audio_is_conditioned_on_the_previous_window(whisper: Transcriber, 
         assert whisper.stats["prompted_windows"] == before  # off: windows decoded independently
     finally:
         whisper.condition_on_previous_text = True
+
+
+def test_a_fork_shares_the_model_and_transcribes_as_the_original(whisper: Transcriber, clip_0930: np.ndarray,
+                                                                 librivox: Path) -> None:
+    """Two sources of one run share one Whisper: forks on the same ONNX Runtime sessions, each with its own
+    window state, give the same transcripts side by side in two threads as the original gives one at a time."""
+    import threading
+
+    from edgert.speech import read_audio
+
+    other = read_audio(librivox / "sense_and_sensibility_01_austen_64kb-0880.wav")
+    alone = [whisper.transcribe(clip_0930).tokens, whisper.transcribe(other).tokens]
+    a, b = whisper.fork(), whisper.fork()
+    try:
+        assert a._decoder._step is whisper._decoder._step  # type: ignore[attr-defined]  # one model in memory
+        assert a.encoder._sess is whisper.encoder._sess  # type: ignore[attr-defined]
+        assert a.encoder.inputs is not whisper.encoder.inputs  # buffers of its own
+        got: dict[str, list[tuple[int, ...]]] = {"a": [], "b": []}
+
+        def work(name: str, asr: Transcriber, clips: list[np.ndarray]) -> None:
+            for _ in range(2):
+                for clip in clips:
+                    got[name].append(asr.transcribe(clip).tokens)
+
+        threads = [threading.Thread(target=work, args=("a", a, [clip_0930, other])),
+                   threading.Thread(target=work, args=("b", b, [other, clip_0930]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got["a"] == alone * 2
+        assert got["b"] == alone[::-1] * 2
+        assert a.stats["windows"] == 4 and whisper.stats["windows"] >= 2  # statistics of its own
+    finally:
+        a.close()
+        b.close()
+    assert whisper.transcribe(clip_0930).tokens == alone[0]  # closing a fork leaves the original working
+
+
+def test_auto_decoding_on_the_cpu_is_the_cpu_choice(speech_models: Path) -> None:
+    from edgert.search_rules import AUTO_CPU
+
+    with Transcriber(speech_models / "whisper-tiny.en", backend="onnxruntime", decoding="auto") as asr:
+        assert (asr.decoding, asr.beam_size, asr.auto_device) == (*AUTO_CPU, "cpu")
+    with pytest.raises(InputError, match="decoding: expected auto, greedy or beam"):
+        Transcriber._check_search("beams", 5, None, None, (0.0,), 5)

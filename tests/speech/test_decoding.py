@@ -15,7 +15,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from edgert.speech.asr import _ExactOrtDecoder
 from edgert.speech.decoding import (
     FALLBACK_TEMPERATURES,
     Decoded,
@@ -26,6 +25,7 @@ from edgert.speech.decoding import (
     rank,
     sample,
 )
+from edgert.speech.whisper_decoders import _ExactOrtDecoder
 
 pytest.importorskip("onnxruntime")
 
@@ -248,7 +248,7 @@ def test_fallback_schedule_matches_the_cli_flag() -> None:
 
 def test_bucketed_decoder_runs_beams_row_by_row(tmp_path: Path, merge_decoder: _ExactOrtDecoder) -> None:
     """Fixed [1, 16] Sessions: each row's logits are copied out before the next run reuses the buffer."""
-    from edgert.speech.asr import _BucketedDecoder
+    from edgert.speech.whisper_decoders import _BucketedDecoder
 
     bucketed = _BucketedDecoder(bigram_decoder(tmp_path / "fixed.onnx", MERGE), "onnxruntime", 1)
     bucketed.set_encoder_out(np.zeros((1, 4, 2), dtype=np.float32))

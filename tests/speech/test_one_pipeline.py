@@ -294,3 +294,38 @@ def test_a_second_sigterm_ends_the_whisper_window_at_its_next_decoder_step(
     # The window in flight was abandoned at a decoder step: no transcript of it, and the file holds whole lines.
     assert written.count("\n") == 1 and events.read_text() == written
     assert summary["speech"]["transcripts"] == 1 and summary["stopped_by"] == "SIGTERM"
+
+
+def test_two_whisper_sources_share_one_model_and_transcribe_as_one_at_a_time(
+        tmp_path: Path, speech_models: Path, librivox: Path) -> None:
+    """Two audio files in one asr run: one Whisper in memory (the second source's is a fork of the first's), and
+    each source's transcripts equal those of a run of that file alone."""
+    from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+    from edgert.pipeline import Pipeline
+    from edgert.pipeline.speech import SpeechProcessor
+    from edgert.vision.sinks import CallbackSink
+
+    clips = [str(librivox / f"sense_and_sensibility_01_austen_64kb-{n}.wav") for n in ("0930", "0880")]
+    model = ModelConfig(path=str(speech_models / "whisper-tiny.en"), backend="onnxruntime")
+
+    def transcripts(*uris: str) -> dict[str, list[str]]:
+        got: list[dict[str, object]] = []
+        config = PipelineConfig(task="asr", model=model, sources=tuple(SourceConfig(uri=u) for u in uris))
+        Pipeline(config, sinks=[CallbackSink(lambda r: got.extend(r.events), queue_size=4096)],
+                 handle_signals=False, environment=False).run()
+        out: dict[str, list[str]] = {}
+        for e in got:
+            if e["type"] == "transcript":
+                out.setdefault(str(e["stream"]), []).append(str(e["text"]))
+        return out
+
+    together = transcripts(*clips)
+    alone = {**transcripts(clips[0]), **transcripts(clips[1])}
+    assert together == alone and sorted(together) == sorted(clips)
+    processor = SpeechProcessor(PipelineConfig(task="asr", model=model), sources=2)
+    try:
+        first, second = (c.asr for c in processor.chains)
+        assert first is not second and second._decoder._step is first._decoder._step
+        assert second.encoder._sess is first.encoder._sess
+    finally:
+        processor.close()
