@@ -134,8 +134,9 @@ def bias_corrections(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
                      output_nodes: Sequence[str] = (), threads: int = 0,
                      rounding: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Per quantized Conv, what to add to its bias (:func:`.qdq.write_qdq`'s ``bias``), for ``mode`` of
-    :data:`BIAS_MODES` (``rounding``: the weights' INT8 values, :func:`.qdq.write_qdq`'s). ``feeds``: a fresh stream of the calibration images' model inputs per call (one
-    call per measurement, so nothing is kept between images)."""
+    :data:`BIAS_MODES` (``rounding``: the weights' INT8 values, :func:`.qdq.write_qdq`'s). ``feeds``: a
+    fresh stream of the calibration images' model inputs per call (one call per measurement, so nothing is
+    kept between images)."""
     if mode not in BIAS_MODES:
         raise CalibrationError(f"unknown bias correction {mode!r}; known: {', '.join(BIAS_MODES)}")
     out: dict[str, np.ndarray] = {}

@@ -124,18 +124,18 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
     nodes = {n.name: n for n in model.graph.node}
     layers: dict[str, ConvPatches] = {}
     inputs: dict[str, str] = {}
-    for t in plan.targets:
-        node = nodes.get(t.node)
-        if node is None or node.op_type != "Conv" or t.weight not in inits or not t.activations:
+    for target in plan.targets:
+        node = nodes.get(target.node)
+        if node is None or node.op_type != "Conv" or target.weight not in inits or not target.activations:
             continue
         if any(a.name == "group" and a.i != 1 for a in node.attribute):
             continue
         try:
-            layers[t.node] = ConvPatches(node, list(inits[t.weight].dims), amax[t.activations[0]], per_image,
-                                         seed=len(layers))
+            layers[target.node] = ConvPatches(node, list(inits[target.weight].dims), amax[target.activations[0]],
+                                              per_image, seed=len(layers))
         except ValueError:
             continue
-        inputs[t.node] = t.activations[0]
+        inputs[target.node] = target.activations[0]
     if not layers:
         return {}, {}
     tensors = sorted(set(inputs.values()))
