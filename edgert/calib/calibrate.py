@@ -80,6 +80,14 @@ class CalibrationOptions:
     exclude_nodes: tuple[str, ...] = ()
     force: bool = False
     engine_size: bool = False  # build the result with TensorRT-RTX (CPU is enough) and report the engine size
+    #: empirical bias correction (calib.bias_correction): "none", "local", "output" or "both"
+    bias_correction: str = "none"
+    bias_images: int = 16  # calibration images the bias shifts and weight roundings are fitted on
+    #: weight rounding (calib.rounding): "nearest", or "gptq" (rounding by each layer's output error)
+    rounding: str = "nearest"
+    #: weight bytes in the float-layer ranking (sensitivity.rank_candidates): cost = MAC share + this x weight
+    #: share; 0 ranks by error per MAC alone. 1.0: YOLOv8s's engine 24.9 -> 20.3 MB (calibration/README.md)
+    size_weight: float = 1.0
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -126,6 +134,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
         "share_scales": list(opts.share_scales), "engine_size": opts.engine_size,
+        "bias": [opts.bias_correction, opts.bias_images, opts.rounding], "size_weight": opts.size_weight,
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -217,6 +226,35 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     if opts.share_scales:
         amax = shared_ranges(prepared, plan, amax, opts.share_scales)
 
+    t_bias = t_round = 0.0
+    rounding_errors: dict[str, dict[str, float]] = {}
+
+    def calib_feeds() -> Iterator[dict[str, np.ndarray]]:
+        # the first calibration images, decoded again per pass: nothing is kept between images
+        again = CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
+        for _, img in itertools.islice(again, max(1, opts.bias_images)):
+            pre(img, buffer)
+            yield {spec.name: buffer}
+
+    if opts.rounding not in ("nearest", "gptq"):
+        raise CalibrationError(f"unknown weight rounding {opts.rounding!r}; known: nearest, gptq")
+    if opts.rounding == "gptq":
+        from edgert.calib.rounding import weight_roundings
+
+        t0 = time.perf_counter()
+        write_kwargs["rounding"], rounding_errors = weight_roundings(prepared, plan, amax, calib_feeds(),
+                                                                     budget_mb=opts.budget_mb, threads=opts.threads)
+        t_round = time.perf_counter() - t0
+    if opts.bias_correction != "none":
+        from edgert.calib.bias_correction import bias_corrections
+        from edgert.calib.sensitivity import output_layers
+
+        t0 = time.perf_counter()
+        write_kwargs["bias"] = bias_corrections(prepared, plan, amax, calib_feeds, opts.bias_correction,
+                                                output_layers(prepared, plan), opts.threads,
+                                                write_kwargs.get("rounding"))
+        t_bias = time.perf_counter() - t0
+
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
     qdq = write_qdq(prepared, plan, amax, metadata=meta, **write_kwargs)
     cache_tensors = [t for t in plan.cache_tensors() if t in ranges and t not in observed_nonfinite]
@@ -254,7 +292,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
                 # layer errors on frames evenly spread over the check set, so each kind of frame in it counts
                 few = frames[:: max(1, len(frames) // max(opts.score_frames, 1))][: opts.score_frames]
                 sens = find_float_layers(prepared, plan, amax, evaluate, opts.max_drop, feeds(few), macs.layers,
-                                         max_float=opts.max_float, log_fn=log.info, write_kwargs=write_kwargs)
+                                         max_float=opts.max_float, log_fn=log.info, write_kwargs=write_kwargs,
+                                         size_weight=opts.size_weight)
                 float_layers = sens.float_layers
                 reasons = sens.reasons
                 sensitivity = sens.to_dict()
@@ -309,9 +348,12 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         "macs": final_macs.to_dict(), "engine": engine,
         "verdict": verdict(accuracy, opts, final_macs.share, sensitivity),
         "accuracy": accuracy, "sensitivity": sensitivity,
+        "rounding": {"method": opts.rounding, "layers": {n: {k: round(v, 8) for k, v in e.items()}
+                                                          for n, e in rounding_errors.items()}},
         "trt_cache": {"version": cache_version, "algorithm": opts.cache_algorithm, "why": cache_why,
                       "written": cache_version is not None},
-        "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "check": round(t_check, 2),
+        "timing_s": {"collect": round(t_collect, 2), "ranges": round(t_ranges, 2), "rounding": round(t_round, 2),
+                     "bias": round(t_bias, 2), "check": round(t_check, 2),
                      "sensitivity": round(t_sens, 2), "total": round(time.perf_counter() - t_start, 2)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "files": {k: str(v) for k, v in paths.items() if k != "cache" or cache_version is not None},

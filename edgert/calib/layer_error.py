@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -20,17 +21,19 @@ from onnx import helper
 
 from edgert.calib.qdq import GraphPlan, write_qdq
 
-__all__ = ["layer_errors", "probe_model"]
+__all__ = ["layer_errors", "probe_model", "twin_model"]
 
 log = logging.getLogger(__name__)
 
 _SUFFIX_Q = "__edgert_int8"
 
 
-def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float]) -> tuple[onnx.ModelProto,
-                                                                                         dict[str, tuple[str, str]]]:
-    """``(probe, {node: (error output, signal output)})`` for every target of ``plan`` (see the module doc)."""
-    qdq = write_qdq(model, plan, amax)
+def twin_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
+               write_kwargs: Mapping[str, Any] | None = None) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
+    """``(model with twins, {node: (FP32 output, INT8 twin's output)})`` for every target of ``plan``: each
+    twin is the node as the Q/DQ model has it (``write_kwargs``: :func:`.qdq.write_qdq`'s) reading the FP32
+    activations through its Q/DQ pairs. The graph outputs are left to the caller."""
+    qdq = write_qdq(model, plan, amax, **dict(write_kwargs or {}))
     targets = {t.node for t in plan.targets}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -38,7 +41,7 @@ def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, floa
     have = {i.name for i in g.initializer}
     g.initializer.extend(i for i in qdq.graph.initializer if i.name not in have)
     fp32_nodes = {n.name: n for n in model.graph.node}
-    outputs: dict[str, tuple[str, str]] = {}
+    pairs: dict[str, tuple[str, str]] = {}
     extra: list[onnx.NodeProto] = []
     for node in qdq.graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.name not in fp32_nodes:
@@ -52,14 +55,25 @@ def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, floa
         twin.name = node.name + _SUFFIX_Q
         del twin.output[:]
         twin.output.append(ref + _SUFFIX_Q)
-        diff, err, sig = (f"{ref}{_SUFFIX_Q}_{k}" for k in ("diff", "err", "sig"))
-        extra += [twin,
-                  helper.make_node("Sub", [twin.output[0], ref], [diff], name=diff),
-                  helper.make_node("ReduceSumSquare", [diff], [err], name=err, keepdims=0),
-                  helper.make_node("ReduceSumSquare", [ref], [sig], name=sig, keepdims=0)]
-        outputs[node.name] = (err, sig)
+        extra.append(twin)
+        pairs[node.name] = (ref, twin.output[0])
     g.node.extend(extra)
     del g.output[:]
+    return probe, pairs
+
+
+def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
+                write_kwargs: Mapping[str, Any] | None = None) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
+    """``(probe, {node: (error output, signal output)})`` for every target of ``plan`` (see the module doc)."""
+    probe, pairs = twin_model(model, plan, amax, write_kwargs)
+    g = probe.graph
+    outputs: dict[str, tuple[str, str]] = {}
+    for node, (ref, twin) in pairs.items():
+        diff, err, sig = (f"{ref}{_SUFFIX_Q}_{k}" for k in ("diff", "err", "sig"))
+        g.node.extend([helper.make_node("Sub", [twin, ref], [diff], name=diff),
+                       helper.make_node("ReduceSumSquare", [diff], [err], name=err, keepdims=0),
+                       helper.make_node("ReduceSumSquare", [ref], [sig], name=sig, keepdims=0)])
+        outputs[node] = (err, sig)
     for err, sig in outputs.values():
         g.output.append(helper.make_tensor_value_info(err, onnx.TensorProto.FLOAT, []))
         g.output.append(helper.make_tensor_value_info(sig, onnx.TensorProto.FLOAT, []))
@@ -67,11 +81,12 @@ def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, floa
 
 
 def layer_errors(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-                 feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 0) -> dict[str, float]:
+                 feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 0,
+                 write_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Per target node of ``plan``: its output's INT8 NSR (sum of squared error / sum of square) over ``feeds``."""
     import onnxruntime as ort
 
-    probe, outputs = probe_model(model, plan, amax)
+    probe, outputs = probe_model(model, plan, amax, write_kwargs)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:

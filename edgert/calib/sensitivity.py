@@ -117,29 +117,45 @@ REGION_BONUS = 2.0
 
 
 def rank_candidates(scores: Mapping[str, float], macs: Mapping[str, int], budget: int,
-                    region: Sequence[str] = ()) -> list[tuple[str, str]]:
+                    region: Sequence[str] = (), weights: Mapping[str, int] | None = None,
+                    size_weight: float = 0.0) -> list[tuple[str, str]]:
     """``(node, reason)`` in the order they go back to float, by INT8 error per MAC. ``region`` (the output
     layers) is one candidate, ranked by its summed error per summed MAC times :data:`REGION_BONUS`, when its
     MACs fit the budget. Layers with no MACs (pools, residual Adds) cost nothing in the budget but rank as
-    if they cost the cheapest weighted layer: free in compute, but each float island costs two reformats."""
+    if they cost the cheapest weighted layer: free in compute, but each float island costs two reformats.
+
+    ``size_weight`` > 0 adds the engine's side of the cost: a unit's cost is its share of the model's MACs
+    plus ``size_weight`` times its share of the weight bytes (``weights``: node -> weight elements), so a
+    layer whose float weights would grow the engine most (deep 3x3 convs: few MACs, many weights) is
+    returned to float later than one that gains as much accuracy for fewer bytes."""
     total = sum(macs.values()) or 1
-    floor = min((m for m in macs.values() if m > 0), default=1)  # a pool or Add ranks as the cheapest layer
+    wts = weights or {}
+    total_w = sum(wts.get(n, 0) for n in macs) or 1
+    floor = min((m for m in macs.values() if m > 0), default=1) / total  # a pool or Add ranks as the cheapest
+
+    def cost(members: Sequence[str]) -> float:
+        share = sum(macs.get(n, 0) for n in members) / total
+        if size_weight > 0:
+            share += size_weight * sum(wts.get(n, 0) for n in members) / total_w
+        return max(share, floor)
+
     region = [n for n in region if n in scores and scores[n] > 0]
     region_macs = sum(macs.get(n, 0) for n in region)
     units: list[tuple[float, list[str]]] = []
     grouped: set[str] = set()
     if region and region_macs <= budget:
-        units.append((REGION_BONUS * sum(scores[n] for n in region) / max(region_macs, floor), region))
+        units.append((REGION_BONUS * sum(scores[n] for n in region) / cost(region), region))
         grouped = set(region)
     done = {n for _, members in units for n in members}
-    units += [(scores[n] / max(macs.get(n, 0), floor), [n]) for n in scores if n not in done and scores[n] > 0]
+    units += [(scores[n] / cost([n]), [n]) for n in scores if n not in done and scores[n] > 0]
     units.sort(key=lambda u: -u[0])
     order: list[tuple[str, str]] = []
     for rank, (_, members) in enumerate(units, 1):
         for n in members:
             what = "output layer (joins the float decoding tail), " if n in grouped else ""
+            size = f", {100.0 * wts.get(n, 0) / total_w:.2f} % of weights" if size_weight > 0 else ""
             order.append((n, f"{what}INT8 error {scores[n]:.3g} for {100.0 * macs.get(n, 0) / total:.2f} % of "
-                             f"MACs (error per MAC rank {rank})"))
+                             f"MACs{size} (error per {'cost' if size_weight > 0 else 'MAC'} rank {rank})"))
     return order
 
 
@@ -147,19 +163,21 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
                       evaluate: Callable[[Path], dict[str, Any]],
                       max_drop: float, feeds: Iterable[Mapping[str, np.ndarray]], macs: Mapping[str, int],
                       max_float: float = 0.1, log_fn: Callable[[str], None] | None = None,
-                      write_kwargs: Mapping[str, Any] | None = None) -> SensitivityResult:
+                      write_kwargs: Mapping[str, Any] | None = None, size_weight: float = 0.0) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` with at most ``max_float`` of the
     model's MACs (``macs``: per weighted node) in float (see the module docstring). ``evaluate``: the
     accuracy report of a Q/DQ model file on the check set (``comparison.compare_detectors``'s, with
     ``["map"]["map50_95"]``); the one of the chosen model is kept as ``result.accuracy``. ``feeds``: model
-    inputs of the frames the layers' errors are measured on."""
+    inputs of the frames the layers' errors are measured on. ``size_weight``: :func:`rank_candidates`'s."""
     kw = dict(write_kwargs or {})
-    scores = layer_errors(model, plan, amax, feeds)
+    scores = layer_errors(model, plan, amax, feeds, write_kwargs=kw)
     total = sum(macs.values())
     budget = int(max_float * total)
     targets = [t.node for t in plan.targets]
     cost = {n: int(macs.get(n, 0)) for n in targets}
-    ranked = rank_candidates(scores, cost, budget, output_layers(model, plan))
+    inits = {i.name: i for i in model.graph.initializer}
+    weights = {t.node: int(np.prod(inits[t.weight].dims)) for t in plan.targets if t.weight in inits}
+    ranked = rank_candidates(scores, cost, budget, output_layers(model, plan), weights, size_weight)
     result = SensitivityResult([], scores, macs=cost, budget_macs=budget)
     reasons = dict(ranked)
     # the longest prefix of the ranking within the budget; a candidate too dear is passed over, not a stop

@@ -69,6 +69,15 @@ def register(subparsers: Any) -> None:
                         "10.3.0 JetPack 6.2 (default: the installed TensorRT, where it has implicit INT8)")
     p.add_argument("--engine-size", action="store_true",
                    help="build the result with TensorRT-RTX (no GPU needed) and report the engine size")
+    p.add_argument("--bias-correction", choices=("none", "local", "output", "both"),
+                   help="fold each INT8 conv's mean output shift into its float bias: local (each layer's own), "
+                        "output (the head's, whole model), both, none (default: edgert.calib's)")
+    p.add_argument("--rounding", choices=("nearest", "gptq"),
+                   help="INT8 weight rounding: nearest, or gptq (by each layer's output error on the calibration "
+                        "activations) (default: edgert.calib's)")
+    p.add_argument("--size-weight", type=float, metavar="W",
+                   help="rank float candidates by error per (MAC share + W x weight share), so layers with many "
+                        "weights (a larger engine) go back last (0: by MACs alone; default: edgert.calib's)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE", help="keep this node in float")
     p.add_argument("--force", action="store_true", help="recalibrate even when the outputs are up to date")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -110,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-drop must be in [0, 1), got {max_drop}")
     if not 0.0 <= args.max_float <= 1.0:
         raise ConfigError(f"--max-float must be in [0, 1], got {args.max_float}")
+    if args.size_weight is not None and args.size_weight < 0:
+        raise ConfigError(f"--size-weight must be >= 0, got {args.size_weight}")
     if not 0.0 < percentile <= 100.0:
         raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")
     pipeline = _pick(args.config, recipe.pipeline)
@@ -124,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         check_video=_pick(args.check_video, recipe.check_video),
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
         force=args.force, engine_size=args.engine_size,
+        **{k: v for k, v in (("bias_correction", args.bias_correction), ("rounding", args.rounding),
+                             ("size_weight", args.size_weight)) if v is not None},
     )
     report = calibrate(args.model, images, args.output, config, options, progress=sys.stderr.isatty())
     if args.json:

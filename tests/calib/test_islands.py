@@ -69,6 +69,21 @@ def test_ranking_is_error_per_mac_with_the_output_region_as_one_candidate() -> N
     assert "output layer" not in dict(rank_candidates(scores, macs, budget=1, region=["big"]))["big"]
 
 
+def test_weight_bytes_in_the_ranking_put_the_layer_with_fewer_weights_first() -> None:
+    # equal error per MAC; "deep" holds 90 % of the weights (a 20x20 3x3 conv: few MACs, many weights)
+    scores = {"deep": 0.2, "wide": 0.2}
+    macs = {"deep": 100, "wide": 100}
+    weights = {"deep": 9000, "wide": 1000}
+    by_mac = [n for n, _ in rank_candidates(scores, macs, budget=1000, weights=weights)]
+    assert sorted(by_mac) == ["deep", "wide"]  # a tie without the size term
+    ranked = rank_candidates(scores, macs, budget=1000, weights=weights, size_weight=1.0)
+    assert [n for n, _ in ranked] == ["wide", "deep"]
+    assert "90.00 % of weights" in dict(ranked)["deep"] and "error per cost rank 2" in dict(ranked)["deep"]
+    # the size term only breaks ties it should: a layer with 10x the error per MAC still goes first
+    scores["deep"] = 2.0
+    assert rank_candidates(scores, macs, 1000, weights=weights, size_weight=1.0)[0][0] == "deep"
+
+
 def test_output_layers_are_the_convs_that_feed_the_tail(tmp_path: Path) -> None:
     model = prepare_model(onnx.load(str(tiny_detector(tmp_path / "d.onnx", residual=True))))
     assert output_layers(model, plan_quantization(model)) == ["head_conv"]
