@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from edgert.pipeline.state import RunState
     from edgert.vision.detections import Detections
 
-__all__ = ["apply_stages", "emit", "finish", "finish_tail", "update_drops"]
+__all__ = ["apply_stages", "emit", "finish", "finish_tail", "record_source", "update_drops"]
 
 _SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
 
@@ -96,14 +96,19 @@ def _record(run: RunState, feed: _Feed, f: _Frame, detections: Detections, event
         run.class_counts[cid] = run.class_counts.get(cid, 0) + 1
     count = len(detections)
     run.stats.record_frame(f.timings, count, feed.name, events)
+    if run.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
+        update_drops(run)
+    record_source(run, feed, f, count, done)
+
+
+def record_source(run: RunState, feed: _Feed, f: _Frame, count: int, done: float) -> None:
+    """The source's own figures for one finished frame; what readers poll is refreshed every 10th frame."""
     feed.done += 1
     feed.detections += count
     if feed.first_done is None:
         feed.first_done = done
     feed.last_done = done
     feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
-    if run.stats.frames % 10 == 1:  # drop counters walk every source and sink: not on every frame
-        update_drops(run)
     if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
         run.stats.sources = {**run.stats.sources, feed.name: {
             "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),

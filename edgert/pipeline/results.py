@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgert.pipeline.finish import apply_stages, emit, update_drops
+from edgert.pipeline.finish import apply_stages, emit, record_source, update_drops
 from edgert.stats import STAGES
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     for f, feed, detections, events, now in done:
         count = len(detections)
         stats.count_frame(count, feed.name, events, now)
-        _source_figures(run, feed, f, count, now)
+        record_source(run, feed, f, count, now)  # drop counters: once per batch, below
         f.detections = None
         feed.free.put(f)
         if not run.started:
@@ -82,23 +82,3 @@ def _count_classes(counts: dict[int, int], detections: Sequence[Detections]) -> 
     for k in np.flatnonzero(found).tolist():
         cid = k + low
         counts[cid] = counts.get(cid, 0) + int(found[k])
-
-
-def _source_figures(run: RunState, feed: _Feed, f: _Frame, count: int, now: float) -> None:
-    """:func:`edgert.pipeline.finish._record`'s per-source part for one frame (the run's counters are done; the
-    drop counters are refreshed per batch, :func:`finish_batch`)."""
-    feed.done += 1
-    feed.detections += count
-    if feed.first_done is None:
-        feed.first_done = now
-    feed.last_done = now
-    feed.media_span = (f.media_time if feed.media_span is None else feed.media_span[0], f.media_time)
-    if feed.done % 10 == 1:  # the metrics endpoint reads these; a fresh dict, so a reader never sees half of one
-        run.stats.sources = {**run.stats.sources, feed.name: {
-            "frames": feed.done, "fps": round(feed.fps(), 3), "dropped": sum(feed.drops().values()),
-            "reconnects": int(getattr(feed.source, "reconnects", 0))}}
-    if feed.stages and feed.done % 10 == 1:  # lines and zones of every source, labelled by it
-        counts = feed.stages[-1].summary().get("counts")
-        run.stats.analytics_by_source = {**run.stats.analytics_by_source, feed.name: counts}
-        if feed.index == 0:
-            run.stats.analytics_counts = counts
