@@ -321,16 +321,16 @@ class SinkWorker:
         self._lost_queued += 1  # the frame being written
         self.error = error
         # info, not error: the pipeline stops on it and the CLI prints it once, as its one-line error
-        log.info("sink %s failed and stops: %s", self.sink.uri, error)
+        log.info("sink %s failed and stops: %s", redact(self.sink.uri), error)
         try:
             self.sink.close()  # finalise now: the run may still be killed before it closes its sinks
         except Exception as close_exc:
-            log.warning("sink %s did not close cleanly after failing: %s", self.sink.uri, close_exc)
+            log.warning("sink %s did not close cleanly after failing: %s", redact(self.sink.uri), close_exc)
         if self.on_failure is not None:
             try:
                 self.on_failure(self)
             except Exception:
-                log.warning("on_failure of sink %s raised", self.sink.uri, exc_info=True)
+                log.warning("on_failure of sink %s raised", redact(self.sink.uri), exc_info=True)
 
     def drop_queued(self) -> int:
         """Drop the frames waiting in the queue (a stop past its deadline), counted in ``dropped``; how many."""
@@ -355,7 +355,7 @@ class SinkWorker:
             self._queue.put(None)
             self._thread.join(timeout)
             if self._thread.is_alive():
-                log.warning("sink %s did not finish within %.0f s", self.sink.uri, timeout)
+                log.warning("sink %s did not finish within %.0f s", redact(self.sink.uri), timeout)
             self._thread = None
         self.sink.close()
 

@@ -160,11 +160,11 @@ class LiveSource(FrameSource):
                 try:
                     ok, frame = cap.read(spare) if spare is not None else cap.read()
                 except Exception as exc:  # a driver error mid-stream: treat like a lost stream
-                    log.warning("%s: read failed: %s", self.uri, last_line(exc))
+                    log.warning("%s: read failed: %s", redact(self.uri), last_line(exc))
                     ok, frame = False, None
                 if not ok or frame is None:
                     if self._current(generation):
-                        log.warning("%s: stream stopped delivering frames", self.uri)
+                        log.warning("%s: stream stopped delivering frames", redact(self.uri))
                     cap.release()
                     cap = None
                     continue
@@ -199,7 +199,8 @@ class LiveSource(FrameSource):
                     continue
                 if remaining <= 0:
                     self.stalls += 1
-                    log.warning("%s: no frame for %g s: the stream has stalled, reconnecting", self.uri, self.timeout)
+                    log.warning("%s: no frame for %g s: the stream has stalled, reconnecting", redact(self.uri),
+                                self.timeout)
                     self._start_grabber(None, None)  # the stuck one is abandoned, not joined (an RLock: re-entered)
                     deadline = time.monotonic() + self.timeout
                     continue
