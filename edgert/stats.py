@@ -176,16 +176,7 @@ class PipelineStats:
         if hist is None:
             hist = self.histograms[source] = LatencyHistogram()
         hist.add(timings)
-        for event in events or ():
-            key = (source, str(event.get("type", "event")))
-            self.events[key] = self.events.get(key, 0) + 1
-        with self._lock:
-            self._done_times[self.frames % self._done_times.shape[0]] = now
-            self.frames += 1
-            self.detections += detections
-            if self.first_done_at is None:
-                self.first_done_at = now
-            self.last_done_at = now
+        self.count_frame(detections, source, events, now)
 
     def record_latencies(self, timings: np.ndarray, sources: list[str]) -> None:
         """The stage latencies of a batch of frames at once: ``timings`` (n, stages) in :data:`STAGES` order, row
