@@ -107,6 +107,8 @@ def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onn
             "frames": s["frames"], "aggregate_fps": s["fps"], "per_stream_fps": per,
             "per_stream_spread": round(max(per) / min(per) - 1, 3) if per and min(per) > 0 else None,
             "latency_p50_ms": total["p50"], "latency_p99_ms": total["p99"],
+            "stages_p50_ms": {k: v.get("p50") for k, v in s["latency_ms"].items() if k != "total"},
+            "frames_in_flight": s.get("frames_in_flight"),
             "watts": s.get("watts"), "mj_per_frame": s.get("mj_per_frame"), "drops": s.get("drops"),
             "host_cpu_cores": None if cores is None else round(cores, 2),
             "host_cpu_per_stream": None if cores is None else round(cores / streams, 3),

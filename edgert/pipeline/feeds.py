@@ -15,6 +15,8 @@ from edgert.redact import redact
 from edgert.stats import STAGES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from edgert.analytics.stages import ResultStage
     from edgert.config import SourceConfig
     from edgert.pipeline.parts import JSONDict, PipelineSource
@@ -68,6 +70,8 @@ class _Feed:
         self.workers: list[SinkWorker] = []
         self.draw = False
         self.done = 0
+        self.done_reading = 0  # frames read so far (the collector's count; a capture thread keeps its own)
+        self.wake: Callable[[], None] | None = None  # tells the collector that frames came back (collector.py)
         self.detections = 0
         self.first_done: float | None = None
         self.last_done: float | None = None

@@ -38,6 +38,8 @@ def finish(run: RunState, f: _Frame) -> None:
     _record(run, feed, f, detections, events, done)
     f.detections = None
     feed.free.put(f)
+    if feed.wake is not None:
+        feed.wake()
     if not run.started:
         run.started = True
         run.notify("on_start", dict(run.info))

@@ -29,6 +29,10 @@ def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: in
     # into its own ring's spare slots, and queue_size still sets the floor).
     share = max(1, -(-processor.batch // len(feeds)))
     count = max(queue_size, (len(processor.slots) + 1) * share)
+    # A capture worker decodes ahead into its ring's spare slots (``read_ahead`` of them), so those count among
+    # the source's frames: its feed keeps one frame per slot's share, the worker's ring holds the frames that come
+    # next. At 16 NanoDet streams on the H200 that is 3 frames in flight per source instead of 4: a quarter less
+    # latency (Little's law) (docs/pipeline.md, issue 28).
     from edgert.pipeline.limits import check_frame_memory
 
     check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))
@@ -38,8 +42,10 @@ def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: in
             continue
         attach = getattr(feed.source, "attach", None)
         if attach is not None:  # a capture worker's ring: its slots are the frames' pixels, lent per frame
-            attach(count, getattr(processor, "register_frames", None))
-            feed.frames = tuple(_Frame(feed=feed.index) for _ in range(count))
+            ahead = int(getattr(feed.source, "read_ahead", 0) or 0)
+            frames = max(len(processor.slots) * share, count - ahead) if ahead else count
+            attach(frames, getattr(processor, "register_frames", None))
+            feed.frames = tuple(_Frame(feed=feed.index) for _ in range(frames))
         else:
             feed.frames = tuple(_Frame(feed=feed.index, pixels=_frame_buffer(processor, feed))
                                 for _ in range(count))

@@ -67,6 +67,8 @@ def finish_batch(run: RunState, b: _Batch) -> None:
             run.started = True
             run.notify("on_start", dict(run.info))
         run.notify("on_frame", stats)
+    for wake in {feed.wake for _, feed, _, _, _ in done if feed.wake is not None}:
+        wake()  # the collector reads these sources' next frames into the ones just given back
     every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each
     if before // every != stats.frames // every or before == 0:
         update_drops(run)

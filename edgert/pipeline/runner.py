@@ -7,7 +7,8 @@ threads really do overlap.
 
 - one **capture** thread per source admits its frames: it waits for the power budget (``admit``), takes a
   free frame buffer of that source and has the source decode into it (live sources keep only their newest
-  frame; files deliver every one);
+  frame; files deliver every one); file sources decoded by worker processes share one thread instead
+  (:mod:`edgert.pipeline.collector`);
 - the **batcher** gathers the frames that are ready into batches of at most ``runtime.batch`` (default: one
   per source), round-robin over the sources so a fast one cannot starve a slow one, waiting at most
   ``runtime.batch_timeout_ms`` for stragglers;
@@ -23,8 +24,8 @@ that cannot open at start is treated the same way (:mod:`edgert.pipeline.startup
 others and fails only when none opens.
 
 Why a ring of frame buffers: nothing is allocated per frame once the pipeline is warm. A fixed set of frames
-per source (``max(runtime.queue_size, 2 x slots)``) carries the pixels through the stages, so the capture thread can run
-only that far ahead: that is the back-pressure for files (live sources drop stale frames instead). Sinks
+per source (:mod:`edgert.pipeline.frames` says how many) carries the pixels through the stages, so the capture can
+run only that far ahead: that is the back-pressure for files (live sources drop stale frames instead). Sinks
 that write files (``Sink.lossless``) never drop a frame; they slow the pipeline down instead.
 
 Stopping: end of input, ``max_frames``, :meth:`Pipeline.request_stop` (SIGINT/SIGTERM call it) all let
@@ -340,8 +341,12 @@ class Pipeline:
         # Queues are bounded by the frame count plus their end markers: a put never blocks.
         q_work: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
         q_done: queue.Queue[_Batch | None] = queue.Queue(maxsize=n + lanes)
-        stages: list[tuple[str, Callable[..., None], tuple[object, ...]]] = [
-            (f"capture{feed.index}", self._capture, (feed,)) for feed in self.state.feeds if feed.opened]
+        from edgert.pipeline.collector import Collector, collects
+        collected = [feed for feed in self.state.feeds if collects(feed, self.admit is not None)]
+        collector = Collector(self.state, collected, self._cv, self.config.runtime.max_frames) if collected else None
+        stages: list[tuple[str, Callable[..., None], tuple[object, ...]]] = [  # collected: one thread for all
+            (f"capture{feed.index}", self._capture, (feed,)) for feed in self.state.feeds
+            if feed.opened and feed not in collected] + ([("capture", collector.run, ())] if collector else [])
         stages.append(("batcher", self._batcher, (processor.batch, q_work, lanes)))
         stages += [(f"slot{k}", self._slot, (processor, slot, q_work, q_done))
                    for k, slot in enumerate(processor.slots)]
@@ -365,6 +370,8 @@ class Pipeline:
                             log.warning("thread %s did not stop in time; leaving it", t.name)
                             break
         finally:
+            if collector is not None:  # after every thread has stopped
+                collector.close()
             if self._hooks is not None:
                 self._hooks.end()
 

@@ -19,7 +19,7 @@ import select
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -56,6 +56,7 @@ class ProcessCaptureSource(FrameSource):
 
     lends_buffers = True  # read() returns the ring's own arrays: the pipeline adopts them, no copy
     capture = "process"  # how the run's summary names this way of reading a source
+    read_ahead = READ_AHEAD  # slots the worker decodes into beyond the pipeline's frames (attach)
 
     def __init__(self, config: Any) -> None:
         import dataclasses
@@ -209,6 +210,48 @@ class ProcessCaptureSource(FrameSource):
             return frame
         return ring.view(k, h, w)
 
+    # -- many sources in one thread (edgert.pipeline.collector) ------------------------------------------
+    def fileno(self) -> int:
+        """The pipe's descriptor: readable when the worker has sent something (a frame, the end, an error)."""
+        if self._conn is None:
+            raise SourceError(f"{self.uri}: capture worker is not running")
+        return int(self._conn.fileno())
+
+    def give_back(self, frames: list[Any]) -> None:
+        """Slots of ``frames`` (views :meth:`receive` handed out) free for the worker again: one message for all."""
+        ring = self._ring
+        if ring is None:
+            return
+        slots = [k for k in map(ring.slot_of, frames) if k is not None]
+        if slots:
+            self._send(("free", *slots))
+
+    def receive(self) -> np.ndarray | None:
+        """The next frame, once :meth:`fileno` is readable (a file source's, in order); None when the source ended
+        (``end_reason`` says why). What :meth:`read` does after its wait, without the wait: a collector thread
+        polls every worker's pipe at once instead of one thread blocking per source."""
+        ring, conn = self._ring, self._conn
+        if ring is None or conn is None or self._ended:
+            return None
+        try:
+            msg: tuple[Any, ...] = conn.recv()
+        except (EOFError, OSError):
+            self._gone("reading")
+        if msg[0] == "error":
+            raise SourceError(msg[1])
+        if msg[0] == "end":
+            self._ended = True
+            self._apply(msg[1])
+            return None
+        _, k, h, w, seq, _counters, current, pixels = msg
+        self._take_counters(msg)
+        self._expected = seq + 1
+        self.current = current
+        if k < 0:
+            frame: np.ndarray = pixels
+            return frame
+        return ring.view(k, h, w)
+
     def _take_counters(self, msg: tuple[Any, ...]) -> None:
         if msg[0] == "frame" and msg[5] is not None:
             self._apply(msg[5])
@@ -267,6 +310,10 @@ class ProcessCaptureSource(FrameSource):
                 if timeout == 0.0:
                     return None
                 raise SourceError(f"{self.uri}: capture worker gave no answer within {timeout:g} s while {doing}")
+        self._gone(doing)
+
+    def _gone(self, doing: str) -> NoReturn:
+        """The worker's end of the pipe closed: a SourceError saying how the worker ended."""
         proc = self._proc
         if proc is not None:
             proc.join(timeout=1.0)

@@ -7,8 +7,8 @@ Messages on the pipe (small tuples, pickled by multiprocessing):
   ``("frame", slot, height, width, seq, counters, current)`` per frame (``slot`` -1: the frame did not fit a
   slot and travels in the message itself, as ``current``'s neighbour ``pixels``); ``("end", counters)``;
   ``("error", text)``.
-- parent -> worker: ``("ring", name, slots, slot_bytes)``; ``("free", slot)`` when the pipeline is done with a
-  slot; ``("stop",)``.
+- parent -> worker: ``("ring", name, slots, slot_bytes)``; ``("free", slot, ...)`` when the pipeline is done with
+  one slot or several; ``("stop",)``.
 
 Files deliver every frame: with no free slot the worker waits for one (back-pressure, as the in-process
 capture waits for a free frame buffer). Live sources never wait: a frame with no free slot to go to is
@@ -89,8 +89,8 @@ def _deliver(source: Any, ring: Any, conn: Any) -> None:
         # Take every message that is waiting; with no free slot a file waits here for one.
         while conn.poll(0) or (not free and not live):
             msg = conn.recv()
-            if msg[0] == "free":
-                free.append(msg[1])
+            if msg[0] == "free":  # one slot or several (a collector gives a wake's worth back at once)
+                free.extend(msg[1:])
             elif msg[0] == "stop":
                 return
         if not free:  # live, nowhere to put it: decode anyway (the camera runs on) and drop it
