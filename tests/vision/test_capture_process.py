@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import ConfigError, SourceError
 from edgert.pipeline import Pipeline
 from edgert.vision.capture import choose_capture
@@ -163,6 +163,41 @@ def test_a_killed_worker_is_that_sources_failure_and_the_others_go_on(media: dic
     assert sink.seen["1"] == per["1"]["frames"]
     assert all(s.worker_pid is None for s in sources)  # closed: joined
     assert _shm() - before == set()
+
+
+class _Threads(Sink):
+    """Names every capture thread alive while frames reach the sinks, and each source's frame numbers."""
+
+    lossless = True
+
+    def __init__(self) -> None:
+        super().__init__("threads://")
+        self.names: set[str] = set()
+        self.frames: dict[str, list[int]] = {}
+
+    def open(self, info: StreamInfo) -> None:
+        pass
+
+    def write(self, result: FrameResult) -> None:
+        import threading
+
+        self.names |= {t.name for t in threading.enumerate() if t.name.startswith("edgert-capture")}
+        self.frames.setdefault(str(result.source), []).append(result.index)
+
+
+def test_worker_file_sources_share_one_capture_thread_and_keep_a_frame_per_slot(media: dict[str, Any]) -> None:
+    """The collector: three worker-decoded files read by one thread, every frame of each in order; each source
+    keeps one frame per slot in the pipeline (its worker's ring holds the frames read ahead)."""
+    from edgert.vision.capture.process import ProcessCaptureSource
+
+    sources = [ProcessCaptureSource(SourceConfig(uri=str(v))) for v in media["long"]]
+    sink = _Threads()
+    config = PipelineConfig(model=ModelConfig(path=str(media["model"])), runtime=RuntimeConfig(max_frames=120))
+    summary = Pipeline(config, sources=sources, sinks=[sink], handle_signals=False).run()
+    assert sink.names == {"edgert-capture"}
+    assert sink.frames == {str(i): list(range(120)) for i in range(3)}
+    assert [s["ended"] for s in summary["sources"]] == ["max_frames"] * 3
+    assert summary["frames_in_flight"] == 3 * summary["slots"]
 
 
 def _children(pid: int) -> set[int]:
