@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,7 +17,10 @@ from edgert.backends.base import Backend, BackendProbe, Session, SessionOptions
 from edgert.errors import BackendError, BackendUnavailable, ModelError, first_line, reraise_as
 from edgert.types import TensorSpec
 
-__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_dtype"]
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "cpu_session", "load_ort_session", "ort_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +50,45 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, shape, ort_dtype(arg.type))
 
 
-def load_ort_session(path: Path, providers: list[Any], threads: int = 0, spin_wait: bool = False) -> Any:
-    """An ``InferenceSession`` with edgert's options; ONNX Runtime's errors become one-line ModelErrors."""
-    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
+def _session_options(ort: Any, threads: int, spin_wait: bool, optimize: bool = True) -> Any:
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
     if not spin_wait:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # ONNX Runtime prints its own [E:onnxruntime...] lines otherwise; its errors still raise, and edgert reports
     # them once, in one line.
     so.log_severity_level = 4
+    return so
+
+
+def load_ort_session(path: Path, providers: list[Any], threads: int = 0, spin_wait: bool = False) -> Any:
+    """An ``InferenceSession`` with edgert's options; ONNX Runtime's errors become one-line ModelErrors."""
+    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
+    so = _session_options(ort, threads, spin_wait)
     try:
         return ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as exc:  # onnxruntime raises pybind11 exception types that cannot be imported reliably
         first = first_line(exc)
         raise ModelError(f"{path}: ONNX Runtime cannot load this model: {first}") from exc
+
+
+def cpu_session(model: onnx.ModelProto | Path, threads: int = 0, *, spin_wait: bool = False,
+                optimize: bool = True, what: str = "edgert's own checks") -> Any:
+    """An ONNX Runtime CPU session for edgert's own passes (calibration's collectors and probes, the rewrite
+    checks, Whisper's decoder steps), on a model in memory or a file, with the backend's options.
+
+    ``optimize=False`` keeps every named tensor (shape probes and tracing read intermediate outputs). ``spin_wait``
+    lets ONNX Runtime's threads spin between nodes: faster for one busy session, but spinning threads take the
+    cores other stages need. ONNX Runtime's errors raise as they are: the caller names what failed.
+    """
+    ort = lazy_import("onnxruntime", what)
+    so = _session_options(ort, threads, spin_wait, optimize)
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+    return ort.InferenceSession(source, sess_options=so, providers=["CPUExecutionProvider"])
 
 
 class OnnxRuntimeSession(Session):

@@ -43,7 +43,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from edgert._lazy import lazy_import
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.histograms import Method, TensorRange
 from edgert.calib.qdq import GraphPlan, QuantTarget, prepare_model, weighted_inputs, write_qdq
@@ -193,7 +192,7 @@ def _calibrate_decoder(src: Path, audio: str | Path, dst: Path, opts: WhisperCal
     :class:`~edgert.calib.collect.ActivationCollector` does not feed, so the loop is here; it streams into
     the same histograms (memory: one clip's exposed activations, a few MB at these lengths).
     """
-    from edgert.backends.onnxruntime import load_ort_session
+    from edgert.backends.onnxruntime import cpu_session, load_ort_session
     from edgert.calib.histograms import TensorHistogram
     from edgert.speech.asr import START_TOKENS, Transcriber
     from edgert.speech.calibration import CalibrationClips
@@ -213,12 +212,7 @@ def _calibrate_decoder(src: Path, audio: str | Path, dst: Path, opts: WhisperCal
     outputs = {o.name for o in exposed.graph.output}
     exposed.graph.output.extend(onnx.helper.make_tensor_value_info(t, TensorProto.FLOAT, None)
                                 for t in tensors if t not in outputs and t != "encoder_out")
-    ort = lazy_import("onnxruntime", "calibrating the Whisper decoder")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if opts.threads:
-        so.intra_op_num_threads = opts.threads
-    session = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session = cpu_session(exposed, opts.threads, spin_wait=True, what="calibrating the Whisper decoder")
     del exposed
     encoder = load_ort_session(src / "encoder.onnx", ["CPUExecutionProvider"], opts.threads)
     mel = encoder.get_inputs()[0]

@@ -18,8 +18,8 @@ drop accounting and the one summary, with the speech figures under ``speech``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
 
@@ -50,6 +50,14 @@ log = logging.getLogger(__name__)
 
 _INFER = STAGES.index("infer")
 _STATS_EVERY = 10  # chunks between refreshes of the metrics' speech figures
+
+
+def _take(pending: deque[JSONDict]) -> list[JSONDict]:
+    """The events collected so far, oldest first; one appended meanwhile waits for the next take."""
+    events = []
+    for _ in range(len(pending)):
+        events.append(pending.popleft())
+    return events
 
 
 def check_sources(config: PipelineConfig, sources: Sequence[PipelineSource]) -> None:
@@ -159,7 +167,9 @@ class SpeechProcessor(Processor):
         except BaseException:
             self.close()
             raise
-        self._pending: list[list[JSONDict]] = [[] for _ in self.chains]
+        # Events arrive from the slot thread and from each source's Whisper worker; a deque's append and popleft
+        # are atomic, so the slot takes them without reaching into the chain's lock.
+        self._pending: list[deque[JSONDict]] = [deque() for _ in self.chains]
         for i, chain in enumerate(self.chains):
             chain.on_event = self._collector(i)
         first = self.chains[0]
@@ -173,12 +183,11 @@ class SpeechProcessor(Processor):
         self._stats: PipelineStats | None = None
         self._started: float | None = None
         self._chunks = 0
-        self._lock = threading.Lock()
 
     def _collector(self, index: int) -> Callable[[Event], None]:
         pending = self._pending[index]
 
-        def collect(event: Event) -> None:  # called with the chain's lock held (slot or Whisper worker thread)
+        def collect(event: Event) -> None:  # the slot thread or the source's Whisper worker
             pending.append(event.to_dict())
 
         return collect
@@ -217,9 +226,7 @@ class SpeechProcessor(Processor):
         if chunk.last:
             chain.flush()
         timings[_INFER] = time.perf_counter() - t0
-        with chain._lock:
-            events = list(self._pending[feed])
-            self._pending[feed].clear()
+        events = _take(self._pending[feed])
         self._chunks += 1
         if self._stats is not None and self._chunks % _STATS_EVERY == 1:
             self._stats.speech = self.live_figures()
@@ -232,9 +239,7 @@ class SpeechProcessor(Processor):
         out: list[tuple[int, SpeechResult]] = []
         for i, chain in enumerate(self.chains):
             chain.stop_worker()
-            with chain._lock:
-                events = list(self._pending[i])
-                self._pending[i].clear()
+            events = _take(self._pending[i])
             if events:
                 out.append((i, SpeechResult(events)))
         return out

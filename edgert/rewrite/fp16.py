@@ -35,6 +35,7 @@ from onnx import TensorProto, numpy_helper
 
 from edgert._lazy import lazy_import
 from edgert.atomic_file import atomic_path
+from edgert.backends.onnxruntime import cpu_session
 from edgert.errors import ModelError
 from edgert.onnx_file import read_onnx
 from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
@@ -365,11 +366,9 @@ def convert_file(src: str | Path, dst: str | Path, keep_tail: bool = True,
 def output_agreement(reference: str | Path, candidate: str | Path, seed: int = 0) -> dict[str, float]:
     """Largest output difference of ``candidate`` against ``reference`` on one random input in [0, 1)
     (ONNX Runtime CPU), relative to each output's largest magnitude. Dynamic dims are taken as 1."""
-    ort = lazy_import("onnxruntime", "checking the FP16 model")
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3  # the converted model's seam leaves unused initializers ORT warns about
-    ref = ort.InferenceSession(str(reference), opts, providers=["CPUExecutionProvider"])
-    cand = ort.InferenceSession(str(candidate), opts, providers=["CPUExecutionProvider"])
+    # (ORT's log lines off: the converted model's seam leaves unused initializers ORT warns about)
+    ref = cpu_session(Path(reference), what="checking the FP16 model")
+    cand = cpu_session(Path(candidate), what="checking the FP16 model")
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for i in ref.get_inputs():

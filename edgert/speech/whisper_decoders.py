@@ -14,9 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-from edgert._lazy import lazy_import
 from edgert.backends import Session, SessionOptions, open_session
-from edgert.backends.onnxruntime import load_ort_session
+from edgert.backends.onnxruntime import cpu_session, load_ort_session
 from edgert.errors import BackendError, ModelError, reraise_as
 from edgert.onnx_file import read_onnx
 from edgert.speech.decoder_split import TAIL, add_last_logits, split_decoder
@@ -47,15 +46,8 @@ def check_decoder_inputs(path: Path, names: list[str]) -> None:
 def _ort_from_proto(model: onnx.ModelProto, what: str, threads: int) -> Any:
     """An ONNX Runtime CPU session on an in-memory model, with the backend's options (no spin-waiting: a
     decoder step is hundreds of small nodes, and spinning threads take the cores the other stages need)."""
-    ort = lazy_import("onnxruntime", "the ONNX Runtime backend")
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    so.log_severity_level = 3
     with reraise_as(ModelError, f"{what}: ONNX Runtime cannot load it"):  # onnxruntime's pybind11 exceptions
-        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        return cpu_session(model, threads, what="the ONNX Runtime backend")
 
 
 class _ExactOrtDecoder:

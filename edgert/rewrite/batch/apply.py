@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from edgert._lazy import lazy_import
+from edgert.backends.onnxruntime import cpu_session
 from edgert.errors import first_line
 from edgert.rewrite.batch.model import (
     BATCH_DIM,
@@ -40,7 +40,6 @@ class BatchRewrite:
 
 def _probe(model: onnx.ModelProto, feed: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     """Every tensor's value at batch 1: initializers, and every node output from one ONNX Runtime run."""
-    ort = lazy_import("onnxruntime", "batch rewriting")
     vals: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     probe = copy.deepcopy(model)
     del probe.graph.output[:]
@@ -53,11 +52,8 @@ def _probe(model: onnx.ModelProto, feed: dict[str, np.ndarray], label: str) -> d
                 seen.add(out)
                 names.append(out)
                 probe.graph.output.append(onnx.ValueInfoProto(name=out))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        sess = cpu_session(probe, spin_wait=True, optimize=False, what="batch rewriting")
         values = sess.run(names, feed)
     except Exception as exc:
         raise BatchRewriteError(f"{label}: ONNX Runtime cannot run the model at batch 1 to trace its shapes: "

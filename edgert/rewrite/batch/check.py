@@ -8,19 +8,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from edgert._lazy import lazy_import
+from edgert.backends.onnxruntime import cpu_session
 from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, dims, load_model, real_inputs
 
 __all__ = ["check_batch_rewrite"]
 
 
 def _session(model: onnx.ModelProto, threads: int) -> Any:
-    ort = lazy_import("onnxruntime", "checking a batch rewrite")
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    if threads:
-        so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    return cpu_session(model, threads, spin_wait=True, what="checking a batch rewrite")
 
 
 def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequence[int] = (1, 2, 4),
