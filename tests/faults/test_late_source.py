@@ -1,5 +1,7 @@
 """Issue 25, case 2 continued: a live source still down after ``source.timeout_s`` at start is reconnected in the
-background like one lost mid-run, reported as reconnecting, and its frames flow (tagged) once it is up.
+background like one lost mid-run, reported as reconnecting, and its frames flow (tagged) once it is up: read on a
+capture thread (``capture: thread``) or by a capture worker process (``capture: process``, the default from 4
+sources on 4+ cores), which reconnects it itself and tells the run.
 
 The real CLI in a subprocess; the camera is a real HTTP stream of a video (FFmpeg reads it as a live source) that
 starts listening only when the test says so; the other source is a looping file.
@@ -8,14 +10,18 @@ starts listening only when the test says so; the other source is a looping file.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
 
 import cv2
+import pytest
 
 from tests.faults.conftest import Cli, closed_port, free_port, http_get
 from tests.helpers import assert_one_line_error, run_cli
+
+CAPTURE = pytest.mark.parametrize("capture", ["thread", "process"])
 
 
 def _metric(metrics: str, line_start: str) -> float | None:
@@ -45,23 +51,37 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _config(tmp_path: Path, media: dict[str, Path], cam: str) -> Path:
+def _config(tmp_path: Path, media: dict[str, Path], cam: str, capture: str) -> Path:
     cfg = tmp_path / "p.yaml"
     cfg.write_text(f"model: {{path: {media['model']}}}\n"
                    "track: {tracker: bytetrack}\n"
                    "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
                    "sources:\n"
-                   f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5}}\n"
-                   f"  - {{uri: '{media['long']}', name: door, loop: true}}\n"
+                   f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5, capture: {capture}}}\n"
+                   f"  - {{uri: '{media['long']}', name: door, loop: true, capture: {capture}}}\n"
                    f"sinks: ['jsonl://{tmp_path}/{{source}}.jsonl', '{tmp_path}/{{source}}.mp4']\n",
                    encoding="utf-8")
     return cfg
 
 
+def _workers_of(pid: int) -> int:
+    """How many capture workers (multiprocessing's spawned children) ``pid`` has now, from /proc."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        count += ppid == pid and b"spawn_main" in cmdline
+    return count
+
+
+@CAPTURE
 def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
-        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event]) -> None:
+        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event], capture: str) -> None:
     port, go = late_server
-    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}")
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}", capture)
     metrics = f"127.0.0.1:{free_port()}"
     run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
     try:
@@ -69,6 +89,9 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
         # down: the others run, the camera is reported as reconnecting, and it has no frames
         _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
         assert _lines(tmp_path / "door.jsonl") and not _lines(tmp_path / "cam.jsonl")
+        if capture == "process" and os.path.isdir("/proc/self"):
+            # both sources are read by worker processes, the camera's still there while it is down
+            assert _workers_of(run.proc.pid) == 2
         go.set()  # the camera comes up
         deadline = time.monotonic() + 60
         while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
@@ -83,6 +106,7 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
     assert code == 0, run.stderr
     per = {s["name"]: s for s in json.loads(out)["sources"]}
     cam = per["cam"]
+    assert cam["capture"] == per["door"]["capture"] == capture
     # the test's camera is a short video over HTTP: at its end it is lost and reconnected again, like a camera
     assert cam["frames"] >= 10 and cam["reconnects"] >= 1
     assert "cannot open" in cam["start_error"] and "error" not in cam
@@ -98,8 +122,10 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
     assert f"127.0.0.1:{port}/{media['long'].name}: reconnecting in" in run.stderr and "reconnected" in run.stderr
 
 
-def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, media: dict[str, Path]) -> None:
-    cfg = _config(tmp_path, media, f"http://127.0.0.1:{closed_port()}/v.avi")
+@CAPTURE
+def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, media: dict[str, Path],
+                                                                capture: str) -> None:
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{closed_port()}/v.avi", capture)
     run = Cli("run", "--config", str(cfg), "--json")
     try:
         run.wait_for("reconnecting in")  # the background attempts, after the start's
@@ -113,7 +139,8 @@ def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, me
     assert code == 0, run.stderr
     per = {s["name"]: s for s in json.loads(out)["sources"]}
     assert per["cam"]["reconnecting"] is True and per["cam"]["frames"] == 0 and per["cam"]["reconnects"] == 0
-    assert "cannot open" in per["cam"]["start_error"]
+    assert "cannot open" in per["cam"]["start_error"] and "error" not in per["cam"]
+    assert per["cam"]["capture"] == capture
     assert per["door"]["frames"] > 0
     assert not (tmp_path / "cam.mp4").exists()  # no frame, no video: nothing was made for it
 
