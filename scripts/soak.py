@@ -56,11 +56,14 @@ def _rss_kb(pid: int) -> int | None:
     return None
 
 
-def _smaps(pid: int) -> dict[tuple[str, str], int]:
-    """Resident KB of each mapping of ``pid``, keyed by (start address, what is mapped: a file, ``[heap]``, or
-    ``anon`` for an anonymous one: glibc's arenas and mapped blocks, codec buffers, thread stacks)."""
-    out: dict[tuple[str, str], int] = {}
+def _smaps(pid: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """(resident KB, size KB) of each mapping of ``pid``, keyed by (start address, what is mapped: a file,
+    ``[heap]``, or ``anon`` for an anonymous one: glibc's arenas and mapped blocks, Python's object arenas,
+    codec buffers, thread stacks). The size tells them apart: 8 MiB + 4 KiB is a thread's stack, a 64 MiB-aligned
+    start a glibc arena's heap."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
     key: tuple[str, str] | None = None
+    size = 0
     try:
         text = Path(f"/proc/{pid}/smaps").read_text()
     except OSError:
@@ -68,25 +71,28 @@ def _smaps(pid: int) -> dict[tuple[str, str], int]:
     for line in text.splitlines():
         head = line.split(None, 5)
         if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-            key = (head[0].split("-")[0], head[5].strip() if len(head) > 5 else "anon")
+            start, end = head[0].split("-")
+            size = (int(end, 16) - int(start, 16)) // 1024
+            key = (start, head[5].strip() if len(head) > 5 else "anon")
         elif key is not None and line.startswith("Rss:"):
-            out[key] = out.get(key, 0) + int(line.split()[1])
+            out[key] = (out.get(key, (0, 0))[0] + int(line.split()[1]), size)
     return out
 
 
-def _smaps_growth(before: dict[tuple[str, str], int], after: dict[tuple[str, str], int],
+def _smaps_growth(before: dict[tuple[str, str], tuple[int, int]], after: dict[tuple[str, str], tuple[int, int]],
                   top: int = 12) -> dict[str, Any]:
     """Where the resident memory grew between two :func:`_smaps` samples: by what is mapped, and the largest
     single mappings (an anonymous mapping that appeared is a block glibc mapped, or a thread's stack)."""
     by_what: dict[str, int] = {}
     single: list[tuple[int, str, str]] = []
     for key in set(before) | set(after):
-        diff = after.get(key, 0) - before.get(key, 0)
+        diff = after.get(key, (0, 0))[0] - before.get(key, (0, 0))[0]
         if diff:
             what = key[1] if key[1] in ("[heap]", "anon") or not key[1].startswith("/") else Path(key[1]).name
             by_what[what] = by_what.get(what, 0) + diff
             state = "new" if key not in before else ("gone" if key not in after else "grew")
-            single.append((diff, key[0], f"{key[1]} ({state})"))
+            size = (after.get(key) or before[key])[1]
+            single.append((diff, key[0], f"{key[1]} of {size} KB ({state})"))
     single.sort(key=lambda item: -abs(item[0]))
     return {"kb_total": sum(by_what.values()),
             "kb_by_mapping": dict(sorted(by_what.items(), key=lambda item: -abs(item[1]))[:top]),
@@ -328,7 +334,8 @@ def main() -> int:
     samples: list[tuple[int, int]] = []
     marks = [target // 4, target // 2, target] if args.tracemalloc else []
     started = time.monotonic()
-    maps: dict[str, dict[tuple[str, str], int]] = {}  # the mappings at warm-up's end, at half and at the end
+    # the mappings at warm-up's end, at half and at the end
+    maps: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
     while proc.poll() is None:
         frames, rss = _frames(metrics), _rss_kb(proc.pid)
         if frames is not None and rss is not None:

@@ -42,6 +42,6 @@ def test_a_killed_run_leaves_an_mp4_that_plays_up_to_its_last_fragment(tmp_path:
     while cap.read()[0]:
         played += 1
     cap.release()
-    # Every fragment before the kill plays: all but the frames since the last keyframe (x264 puts one at
-    # least every 250 frames, and at each of the looped video's restarts, a scene cut).
-    assert 250 <= played <= len(written), (played, len(written))
+    # Every fragment before the kill plays: all but the last 2 s (20 frames here), the encoder's look-ahead and
+    # the sink's queue.
+    assert len(written) - 100 <= played <= len(written), (played, len(written))

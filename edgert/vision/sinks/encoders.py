@@ -30,14 +30,16 @@ log = logging.getLogger(__name__)
 
 
 #: MP4 and QuickTime files are written fragmented: a fragment (its own index, ``moof``, and its frames) at each
-#: keyframe (x264 puts one at least every 250 frames, and at scene cuts), instead of one index of every frame
-#: written at the end (``moov``). The muxer then holds one fragment in memory, not 64 bytes per frame of the
-#: whole file (heaptrack on ``scripts/soak.py``: the last native allocation that grew with the run, +295 KB in
-#: 5 000 frames over 4 files), and a run killed before it can close the file (SIGKILL, power loss) leaves a video
-#: that plays up to its last fragment instead of one without an index (``flush_packets``: each fragment goes to
-#: the file when it is cut, not when the I/O buffer fills). Browsers, phones, VLC, FFmpeg and OpenCV play and
-#: count them as before; the file is the same size (the group of frames is x264's own).
-_FRAGMENTED = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "flush_packets": "1"}
+#: keyframe and at least every 2 s of video, instead of one index of every frame written at the end (``moov``).
+#: The muxer then holds one fragment in memory (2 s of compressed video at most: a fragment's frames wait for
+#: its index), not 64 bytes per frame of the whole file for as long as the run lasts (heaptrack on
+#: ``scripts/soak.py``: the last native allocation that grew with the run, +295 KB in 5 000 frames over 4
+#: files); and a run killed before it can close the file (SIGKILL, power loss) leaves a video that plays up to
+#: its last fragment instead of one without an index (``flush_packets``: each fragment goes to the file when it
+#: is cut, not when the I/O buffer fills). Browsers, VLC, FFmpeg and OpenCV play, seek and count them as before;
+#: the file is the same size (the keyframes are x264's own).
+_FRAGMENTED = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "frag_duration": "2000000",
+               "flush_packets": "1"}
 
 
 def _container_options(path: Path) -> dict[str, str]:
@@ -70,7 +72,7 @@ class _PyAVWriter:
             stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
             stream.width, stream.height = size
             stream.pix_fmt = "yuv420p"
-            if codec == "libx264":  # players need yuv420p and the index first (moov) to start at once
+            if codec == "libx264":  # players need yuv420p (the index comes first: fragmented, empty_moov)
                 stream.options = {"crf": "23", "preset": "veryfast"}
             elif codec.startswith("libvpx"):
                 stream.options = {"crf": "32", "b": "0", "deadline": "realtime", "cpu-used": "8"}
