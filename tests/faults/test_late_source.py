@@ -9,10 +9,12 @@ starts listening only when the test says so; the other source is a looping file.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -153,3 +155,70 @@ def test_the_run_fails_when_no_source_ever_opens(tmp_path: Path, media: dict[str
                    encoding="utf-8")
     proc = run_cli("run", "--config", str(cfg))
     assert_one_line_error(proc, "no source could be opened", "a: ", "a.avi: cannot open", "b: ", "b.avi")
+
+
+class _Camera:
+    """An HTTP server of the test videos that can go away and come back on its port (a camera rebooting)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = free_port()
+        self.folder = str(folder)
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def up(self) -> None:
+        folder = self.folder
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, directory=folder, **kwargs)  # type: ignore[arg-type]
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Quiet)
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@pytest.fixture
+def camera(media: dict[str, Path]) -> Iterator[_Camera]:
+    cam = _Camera(media["long"].parent)
+    yield cam
+    cam.down()
+
+
+@CAPTURE
+def test_a_camera_lost_mid_run_is_reported_as_reconnecting_while_it_is_down(
+        tmp_path: Path, media: dict[str, Path], camera: _Camera, capture: str) -> None:
+    """Mid-run, no frame comes while a camera is down: with ``capture: process`` its worker reports the state
+    between frames, so the metrics say it is reconnecting then, not only at its next frame."""
+    camera.up()
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{camera.port}/{media['long'].name}", capture)
+    metrics = f"127.0.0.1:{free_port()}"
+    run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        camera.down()  # the video being read ends, and every reconnect is refused
+        _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
+        frames_while_down = len(_lines(tmp_path / "cam.jsonl"))
+        camera.up()
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < frames_while_down + 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        run.signal()
+        code, out = run.finish(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    cam = {s["name"]: s for s in json.loads(out)["sources"]}["cam"]
+    assert cam["capture"] == capture and cam["reconnects"] >= 1 and "start_error" not in cam
+    assert cam["frames"] >= frames_while_down + 10
