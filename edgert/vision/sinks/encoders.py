@@ -56,7 +56,8 @@ class _PyAVWriter:
     third came from glibc's arenas, where, with four video sinks on their own threads, a new high of them at
     once now and then left the heap one YUV frame larger for good (heaptrack on ``scripts/soak.py``: those
     three the only frame-sized allocations per frame; docs/fleet.md). The encoders keep no reference to the
-    frame after ``encode`` (libx264 and libvpx copy it in); ``make_writable`` copies it first if one did.
+    frame after ``encode`` (libx264 and libvpx copy it in, and FFmpeg lets go of it once the encoder has run);
+    where PyAV has ``make_writable`` (18 has, 12 has not) it copies the frame first if one still did.
     """
 
     def __init__(self, path: Path, codec: str, fps: float, size: tuple[int, int]) -> None:
@@ -94,7 +95,9 @@ class _PyAVWriter:
         if image.shape[:2] != (height, width):  # the sink fits every image to the size given at open
             raise ValueError(f"a {image.shape[1]}x{image.shape[0]} image for a {width}x{height} video")
         cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=yuv)
-        frame.make_writable()  # a no-op unless the encoder still holds the previous frame's buffers
+        make_writable = getattr(frame, "make_writable", None)  # newer PyAV (not 12)
+        if make_writable is not None:
+            make_writable()  # a no-op unless the encoder still holds the previous frame's buffers
         quarter = height // 2 * (width // 2)
         chroma = yuv[height:].reshape(-1)
         for plane, rows, cols, pixels in ((0, height, width, yuv[:height]),
