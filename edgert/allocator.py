@@ -7,9 +7,13 @@ the process's RSS kept rising by steps of one frame (1.3 MB) long after the Pyth
 (``scripts/soak.py --tiny``: +323..+538 KB per 1000 frames after the first quarter, while tracemalloc saw
 +13 KB of Python objects per 1000 frames). Fixed settings keep the heap at its working set
 (the same soak, three runs with the settings below: +25, +37 and +266 KB per 1000 frames after the first
-quarter, the last from two steps of 0.66 MB, a 768x576 YUV 4:2:0 frame, which is the codecs' frame pools
-reaching their peak, then flat for the last 3 000 frames; +171 and +11..+614 with a 4 MiB threshold; +323..+538
-with glibc's defaults; the plateau 45 MB lower than with 4 MiB, frames/s the same, 61.6 against 61.9):
+quarter, the last from two steps of 0.66 MB, a 768x576 YUV 4:2:0 frame; +171 and +11..+614 with a 4 MiB
+threshold; +323..+538 with glibc's defaults; the plateau 45 MB lower than with 4 MiB, frames/s the same, 61.6
+against 61.9). Those last steps were not a pool reaching its peak: heaptrack showed the video sink's PyAV path
+making three frame-sized buffers per frame (two above the threshold, mapped and unmapped each frame; the
+0.66 MB YUV frame from the arenas), now one reused frame (:mod:`edgert.vision.sinks.encoders`), and the MP4
+muxer's index of every frame, now a fragment's; with both, the native heap is flat after warm-up (docs/fleet.md
+has the runs). The settings:
 
 - ``M_ARENA_MAX`` 2: the threads share two arenas instead of each holding freed frames of its own;
 - ``M_MMAP_THRESHOLD`` 1 MiB (fixed, so glibc stops moving it): a frame-sized block is mapped for its use and

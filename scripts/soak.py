@@ -56,6 +56,62 @@ def _rss_kb(pid: int) -> int | None:
     return None
 
 
+def _smaps(pid: int) -> dict[tuple[str, str], tuple[int, int]]:
+    """(resident KB, size KB) of each mapping of ``pid``, keyed by (start address, what is mapped: a file,
+    ``[heap]``, or ``anon`` for an anonymous one: glibc's arenas and mapped blocks, Python's object arenas,
+    codec buffers, thread stacks). The size tells them apart: 8 MiB + 4 KiB is a thread's stack, a 64 MiB-aligned
+    start a glibc arena's heap."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    key: tuple[str, str] | None = None
+    size = 0
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            start, end = head[0].split("-")
+            size = (int(end, 16) - int(start, 16)) // 1024
+            key = (start, head[5].strip() if len(head) > 5 else "anon")
+        elif key is not None and line.startswith("Rss:"):
+            out[key] = (out.get(key, (0, 0))[0] + int(line.split()[1]), size)
+    return out
+
+
+def _smaps_growth(before: dict[tuple[str, str], tuple[int, int]], after: dict[tuple[str, str], tuple[int, int]],
+                  top: int = 12) -> dict[str, Any]:
+    """Where the resident memory grew between two :func:`_smaps` samples: by what is mapped, and the largest
+    single mappings (an anonymous mapping that appeared is a block glibc mapped, or a thread's stack)."""
+    by_what: dict[str, int] = {}
+    single: list[tuple[int, str, str]] = []
+    for key in set(before) | set(after):
+        diff = after.get(key, (0, 0))[0] - before.get(key, (0, 0))[0]
+        if diff:
+            what = key[1] if key[1] in ("[heap]", "anon") or not key[1].startswith("/") else Path(key[1]).name
+            by_what[what] = by_what.get(what, 0) + diff
+            state = "new" if key not in before else ("gone" if key not in after else "grew")
+            size = (after.get(key) or before[key])[1]
+            single.append((diff, key[0], f"{key[1]} of {size} KB ({state})"))
+    single.sort(key=lambda item: -abs(item[0]))
+    return {"kb_total": sum(by_what.values()),
+            "kb_by_mapping": dict(sorted(by_what.items(), key=lambda item: -abs(item[1]))[:top]),
+            "largest": [{"kb": kb, "start": start, "mapping": what} for kb, start, what in single[:top]]}
+
+
+def _heaptrack(env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    """Record the child's native allocations with heaptrack (Debian's ``heaptrack``): its preload library in
+    the child's environment, writing into a FIFO that ``heaptrack_interpret`` reads and gzip stores in ``out``
+    (what ``heaptrack CMD`` does, with the child still the soak's own process, so its RSS is the one sampled)."""
+    libdir = Path("/usr/lib/heaptrack")
+    fifo = out.with_suffix(".fifo")
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["sh", "-c", f'"{libdir}/libexec/heaptrack_interpret" < "{fifo}" | gzip -c > "{out}"'])
+    env["LD_PRELOAD"] = f"{libdir}/libheaptrack_preload.so"
+    env["DUMP_HEAPTRACK_OUTPUT"] = str(fifo)
+    return reader
+
+
 def _frames(metrics: str) -> int | None:
     try:
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as r:
@@ -228,6 +284,9 @@ def main() -> int:
                         help="run under tracemalloc, snapshot at 1/4, 1/2 and all of the frames, and report the "
                              "largest growths between them grouped by traceback (slows the run; the slope is then "
                              "not the figure to quote)")
+    parser.add_argument("--heaptrack", default=None, metavar="FILE.gz",
+                        help="record the run's native allocations with heaptrack into FILE.gz (heaptrack_print "
+                             "reads it; slows the run: a diagnosis, not the figure)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="edgert-soak-"))
@@ -263,6 +322,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if args.unit_env:
         env.update(_unit_malloc_env())
+    recorder = _heaptrack(env, Path(args.heaptrack).resolve()) if args.heaptrack else None
     snaps = work / "tracemalloc"
     launcher = ([str(ROOT / "scripts" / "_tracemalloc_run.py"), str(snaps), "edgert.cli.main"] if args.tracemalloc
                 else ["-m", "edgert.cli.main"])
@@ -270,13 +330,19 @@ def main() -> int:
                              "--metrics", metrics], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=work)
     target = args.frames * args.sources
+    load_at_start = list(os.getloadavg())
     samples: list[tuple[int, int]] = []
     marks = [target // 4, target // 2, target] if args.tracemalloc else []
     started = time.monotonic()
+    # the mappings at warm-up's end, at half and at the end
+    maps: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
     while proc.poll() is None:
         frames, rss = _frames(metrics), _rss_kb(proc.pid)
         if frames is not None and rss is not None:
             samples.append((frames, rss))
+            for label, mark in (("warm", target // 4), ("half", target // 2), ("end", target)):
+                if frames >= mark and label not in maps:
+                    maps[label] = _smaps(proc.pid)
             while marks and frames >= marks[0]:
                 _snapshot(proc, snaps, 3 - len(marks))
                 marks.pop(0)
@@ -288,6 +354,9 @@ def main() -> int:
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     exit_s = time.monotonic() - t0
+    if recorder is not None:
+        recorder.wait(600)
+        Path(args.heaptrack).resolve().with_suffix(".fifo").unlink()
     time.sleep(1.0)
     delivered = counter.count if counter is not None else None
     if counter is not None:
@@ -298,7 +367,8 @@ def main() -> int:
     late = [s for s in samples if s[0] >= target // 2]
     summary = json.loads(out) if out.strip().startswith("{") else {}
     result = {
-        "machine": machine_info(),
+        "machine": machine_info(),  # its loadavg is the one at the end
+        "loadavg_start": load_at_start,
         "model": str(model), "video": str(video), "sources": args.sources, "frames_per_source": args.frames,
         "sinks": sinks, "tracking": "bytetrack", "line": "middle",
         "run_s": round(run_s, 1), "frames": summary.get("frames"), "fps": summary.get("fps"),
@@ -318,6 +388,11 @@ def main() -> int:
         "stop_deadline_s": float(os.environ.get("EDGERT_STOP_DEADLINE_S", "10")),
         "drops": summary.get("drops"), "counts": summary.get("counts"),
         "mqtt_delivered": delivered,
+        # where the resident memory grew after warm-up, by mapping (/proc/PID/smaps at 1/4, 1/2 and all frames)
+        "rss_growth_warmup_to_end": _smaps_growth(maps["warm"], maps["end"]) if {"warm", "end"} <= set(maps)
+        else None,
+        "rss_growth_half_to_end": _smaps_growth(maps["half"], maps["end"]) if {"half", "end"} <= set(maps)
+        else None,
         "outputs": _whole_outputs(work, names),
         "stderr_tail": err.splitlines()[-10:],
     }

@@ -1,5 +1,7 @@
 """Issue 25, case 2 continued: a live source still down after ``source.timeout_s`` at start is reconnected in the
-background like one lost mid-run, reported as reconnecting, and its frames flow (tagged) once it is up.
+background like one lost mid-run, reported as reconnecting, and its frames flow (tagged) once it is up: read on a
+capture thread (``capture: thread``) or by a capture worker process (``capture: process``, the default from 4
+sources on 4+ cores), which reconnects it itself and tells the run.
 
 The real CLI in a subprocess; the camera is a real HTTP stream of a video (FFmpeg reads it as a live source) that
 starts listening only when the test says so; the other source is a looping file.
@@ -7,15 +9,21 @@ starts listening only when the test says so; the other source is a looping file.
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
+import pytest
 
 from tests.faults.conftest import Cli, closed_port, free_port, http_get
 from tests.helpers import assert_one_line_error, run_cli
+
+CAPTURE = pytest.mark.parametrize("capture", ["thread", "process"])
 
 
 def _metric(metrics: str, line_start: str) -> float | None:
@@ -45,23 +53,37 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _config(tmp_path: Path, media: dict[str, Path], cam: str) -> Path:
+def _config(tmp_path: Path, media: dict[str, Path], cam: str, capture: str) -> Path:
     cfg = tmp_path / "p.yaml"
     cfg.write_text(f"model: {{path: {media['model']}}}\n"
                    "track: {tracker: bytetrack}\n"
                    "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
                    "sources:\n"
-                   f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5}}\n"
-                   f"  - {{uri: '{media['long']}', name: door, loop: true}}\n"
+                   f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5, capture: {capture}}}\n"
+                   f"  - {{uri: '{media['long']}', name: door, loop: true, capture: {capture}}}\n"
                    f"sinks: ['jsonl://{tmp_path}/{{source}}.jsonl', '{tmp_path}/{{source}}.mp4']\n",
                    encoding="utf-8")
     return cfg
 
 
+def _workers_of(pid: int) -> int:
+    """How many capture workers (multiprocessing's spawned children) ``pid`` has now, from /proc."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        count += ppid == pid and b"spawn_main" in cmdline
+    return count
+
+
+@CAPTURE
 def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
-        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event]) -> None:
+        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event], capture: str) -> None:
     port, go = late_server
-    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}")
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}", capture)
     metrics = f"127.0.0.1:{free_port()}"
     run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
     try:
@@ -69,6 +91,9 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
         # down: the others run, the camera is reported as reconnecting, and it has no frames
         _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
         assert _lines(tmp_path / "door.jsonl") and not _lines(tmp_path / "cam.jsonl")
+        if capture == "process" and os.path.isdir("/proc/self"):
+            # both sources are read by worker processes, the camera's still there while it is down
+            assert _workers_of(run.proc.pid) == 2
         go.set()  # the camera comes up
         deadline = time.monotonic() + 60
         while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
@@ -83,6 +108,7 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
     assert code == 0, run.stderr
     per = {s["name"]: s for s in json.loads(out)["sources"]}
     cam = per["cam"]
+    assert cam["capture"] == per["door"]["capture"] == capture
     # the test's camera is a short video over HTTP: at its end it is lost and reconnected again, like a camera
     assert cam["frames"] >= 10 and cam["reconnects"] >= 1
     assert "cannot open" in cam["start_error"] and "error" not in cam
@@ -98,8 +124,10 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
     assert f"127.0.0.1:{port}/{media['long'].name}: reconnecting in" in run.stderr and "reconnected" in run.stderr
 
 
-def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, media: dict[str, Path]) -> None:
-    cfg = _config(tmp_path, media, f"http://127.0.0.1:{closed_port()}/v.avi")
+@CAPTURE
+def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, media: dict[str, Path],
+                                                                capture: str) -> None:
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{closed_port()}/v.avi", capture)
     run = Cli("run", "--config", str(cfg), "--json")
     try:
         run.wait_for("reconnecting in")  # the background attempts, after the start's
@@ -113,7 +141,8 @@ def test_a_camera_that_stays_down_is_reported_as_reconnecting(tmp_path: Path, me
     assert code == 0, run.stderr
     per = {s["name"]: s for s in json.loads(out)["sources"]}
     assert per["cam"]["reconnecting"] is True and per["cam"]["frames"] == 0 and per["cam"]["reconnects"] == 0
-    assert "cannot open" in per["cam"]["start_error"]
+    assert "cannot open" in per["cam"]["start_error"] and "error" not in per["cam"]
+    assert per["cam"]["capture"] == capture
     assert per["door"]["frames"] > 0
     assert not (tmp_path / "cam.mp4").exists()  # no frame, no video: nothing was made for it
 
@@ -126,3 +155,70 @@ def test_the_run_fails_when_no_source_ever_opens(tmp_path: Path, media: dict[str
                    encoding="utf-8")
     proc = run_cli("run", "--config", str(cfg))
     assert_one_line_error(proc, "no source could be opened", "a: ", "a.avi: cannot open", "b: ", "b.avi")
+
+
+class _Camera:
+    """An HTTP server of the test videos that can go away and come back on its port (a camera rebooting)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = free_port()
+        self.folder = str(folder)
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def up(self) -> None:
+        folder = self.folder
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, directory=folder, **kwargs)  # type: ignore[arg-type]
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Quiet)
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@pytest.fixture
+def camera(media: dict[str, Path]) -> Iterator[_Camera]:
+    cam = _Camera(media["long"].parent)
+    yield cam
+    cam.down()
+
+
+@CAPTURE
+def test_a_camera_lost_mid_run_is_reported_as_reconnecting_while_it_is_down(
+        tmp_path: Path, media: dict[str, Path], camera: _Camera, capture: str) -> None:
+    """Mid-run, no frame comes while a camera is down: with ``capture: process`` its worker reports the state
+    between frames, so the metrics say it is reconnecting then, not only at its next frame."""
+    camera.up()
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{camera.port}/{media['long'].name}", capture)
+    metrics = f"127.0.0.1:{free_port()}"
+    run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        camera.down()  # the video being read ends, and every reconnect is refused
+        _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
+        frames_while_down = len(_lines(tmp_path / "cam.jsonl"))
+        camera.up()
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < frames_while_down + 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        run.signal()
+        code, out = run.finish(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    cam = {s["name"]: s for s in json.loads(out)["sources"]}["cam"]
+    assert cam["capture"] == capture and cam["reconnects"] >= 1 and "start_error" not in cam
+    assert cam["frames"] >= frames_while_down + 10

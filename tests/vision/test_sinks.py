@@ -98,6 +98,41 @@ def test_video_file_sink_writes_a_readable_video(tmp_path: Path, suffix: str) ->
     assert (cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (96, 64)
 
 
+@pytest.mark.parametrize("size", [(96, 64), (100, 50)])  # 100 wide: the encoder's planes have padded rows
+def test_h264_video_keeps_each_frames_colours(tmp_path: Path, size: tuple[int, int]) -> None:
+    """The BGR -> YUV 4:2:0 conversion into the writer's one reused frame: every frame's own pixels, in the
+    right colours (U and V swapped would turn red into blue), at any row padding."""
+    pytest.importorskip("av", reason="H.264 through PyAV (pip install 'edgert[video]')")
+    width, height = size
+    colours = [(0, 0, 255), (255, 0, 0), (0, 200, 0), (40, 160, 220)]  # BGR: red, blue, green, orange
+    frames = []
+    for i, colour in enumerate(colours * 3):
+        image = np.zeros((height, width, 3), np.uint8)
+        image[:] = colour
+        image[: height // 2, : width // 2] = (8 * i, 8 * i, 8 * i)  # a grey corner that differs per frame
+        frames.append(image)
+    path = tmp_path / "colours.mp4"
+    with open_sink(str(path)) as sink:
+        assert isinstance(sink, VideoFileSink)
+        sink.open(StreamInfo(width, height, 10.0, ("person", "car")))
+        assert sink.note is not None and "libx264" in sink.note
+        for i, image in enumerate(frames):
+            sink.write(FrameResult(i, 0.0, _det(0), image))
+    cap = cv2.VideoCapture(str(path))
+    decoded = []
+    while True:
+        ok, image = cap.read()
+        if not ok:
+            break
+        decoded.append(image)
+    assert len(decoded) == len(frames)
+    for original, back in zip(frames, decoded):
+        colour = back[height * 3 // 4:, width * 3 // 4:].reshape(-1, 3).mean(axis=0)
+        assert np.abs(colour - original[-1, -1]).max() < 12, (colour, original[-1, -1])
+        corner = back[2: height // 2 - 2, 2: width // 2 - 2].mean()
+        assert abs(corner - original[0, 0, 0]) < 12
+
+
 def test_display_without_gui_is_a_one_line_error() -> None:
     sink = open_sink("display://0")
     try:
@@ -112,6 +147,23 @@ def test_display_without_gui_is_a_one_line_error() -> None:
 def test_rtsp_out_without_gstreamer_is_a_one_line_error() -> None:
     with pytest.raises(SinkError, match="GStreamer"):
         open_sink("rtsp://127.0.0.1:8554/out").open(INFO)
+
+
+@pytest.mark.skipif(not gstreamer_available(), reason="RTSP output needs an OpenCV built with GStreamer")
+def test_rtsp_out_of_a_source_not_up_yet_starts_at_its_first_frames_size() -> None:
+    """A live source still connecting at start (reconnected in the background) opens its sinks at 0x0: the
+    publisher must start at the first frame's size, not at 0x0 (nothing listens on the port: that start fails,
+    after the size was taken from the frame)."""
+    from tests.faults.conftest import closed_port
+
+    sink = open_sink(f"rtsp://127.0.0.1:{closed_port()}/late")
+    assert isinstance(sink, RtspSink)
+    sink.open(StreamInfo(0, 0, None, ("person", "car")))  # before the fix: a 0x0 publisher, refused here
+    assert sink.size == (0, 0)
+    with pytest.raises(SinkError, match="RTSP publisher"):
+        sink.write(FrameResult(0, 1700000000.0, _det(), image=_frame(0)))
+    assert sink.size == (96, 64)
+    sink.close()
 
 
 def test_rtsp_out_pipeline_strings() -> None:

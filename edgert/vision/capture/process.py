@@ -9,6 +9,12 @@ next image (``read(out)`` with ``out`` the slot view): then it goes back to the 
 
 A worker that dies (killed, crashed in a driver) closes its pipe: ``read()`` raises :class:`SourceError`
 naming the source and how the worker ended, so a run with several sources drops that one and goes on.
+
+A live source still down at start fails :meth:`open` like any other, but its worker stays: when the run's other
+sources opened, :mod:`edgert.pipeline.startup` calls :attr:`open_in_background` (as for the in-process
+capture), the worker reconnects with the backoff of a stream lost mid-run, and ``reconnecting`` and
+``reconnects`` follow what it reports. Its ring is made at its first frame, when its size is known (the
+frames the pipeline asked for at :meth:`attach` are kept until then).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import select
 import signal
 import threading
 import time
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -74,6 +80,10 @@ class ProcessCaptureSource(FrameSource):
         self.current: str | None = None
         self.worker_dropped = 0  # live: frames the worker had no free slot for, and its source's stale ones
         self._stale = 0  # live: frames that queued up here behind a newer one
+        self.reconnecting = False  # a live source down, its worker reconnecting (metrics, summary)
+        self._down: str | None = None  # a live source down at start whose worker waits to be told to go on
+        self._late: tuple[int, Any] | None = None  # (frames, register) for the ring of a source not up yet
+        self._held: tuple[Any, ...] | None = None  # a message read past the newest frame, for the next read
 
     # -- lifetime ---------------------------------------------------------------------------------------
     @property
@@ -100,25 +110,50 @@ class ProcessCaptureSource(FrameSource):
     def open(self) -> None:
         self.start()
         try:
-            msg = self._recv(_OPEN_TIMEOUT_S, "opening")
+            # a live source retries for its source.timeout_s inside the worker before it answers
+            msg = self._recv(_OPEN_TIMEOUT_S + float(getattr(self._config, "timeout_s", None) or 0.0), "opening")
             if msg is None:
                 raise SourceError(f"{self.uri}: stopped while opening")
-            if msg[0] == "error":
+            if msg[0] == "down":  # its worker waits: open_in_background, or close
+                self._down = str(msg[1])
+                self.live, self.kind = bool(msg[2]["live"]), str(msg[2]["kind"])
+            elif msg[0] == "error":
                 raise SourceError(msg[1])
-            info = msg[1]
         except BaseException:
             self.close()
             raise
+        if self._down is not None:
+            raise SourceError(self._down)
+        self._opened_as(msg[1])
+
+    def _opened_as(self, info: dict[str, Any]) -> None:
         self.width, self.height, self.fps = int(info["width"]), int(info["height"]), info["fps"]
         self.live, self.kind = bool(info["live"]), str(info["kind"])
         self._opened = True
         log.info("capture worker %d for %s: %dx%d (%s)", self._proc.pid, redact(self.uri), self.width, self.height,
                  self.kind)
 
+    @property
+    def open_in_background(self) -> Callable[[], None] | None:
+        """For a live source that was down at start (:meth:`open` failed): have its worker go on reconnecting it
+        in the background (:mod:`edgert.pipeline.startup` calls it when other sources opened). None otherwise:
+        a file or a device that cannot open is not retried."""
+        return self._reconnect_in_background if self._down is not None and self._proc is not None else None
+
+    def _reconnect_in_background(self) -> None:
+        self._down = None
+        self._send(("background",))
+        self.reconnecting = True
+        self._late = (DEFAULT_FRAMES, None)
+        self._opened = True
+
     def attach(self, frames: int, register: Any = None) -> None:
         """Make the ring: ``frames`` slots the pipeline may hold plus :data:`READ_AHEAD`. ``register(array,
         slot_bytes, slots)`` (the GPU processor's) pins it for the GPU."""
         if self._ring is not None:
+            return
+        if self._late is not None:  # not up yet: the ring is made at its first frame, sized by it
+            self._late = (frames, register)
             return
         slot_bytes = slot_bytes_for(self.height, self.width)
         ring = FrameRing.create(frames + READ_AHEAD, slot_bytes)
@@ -160,6 +195,7 @@ class ProcessCaptureSource(FrameSource):
             conn.close()
         self._proc = self._conn = None
         self._poller = None
+        self._down = self._late = self._held = None
         if self._ring is not None:
             self._ring.close()
             self._ring = None
@@ -170,7 +206,11 @@ class ProcessCaptureSource(FrameSource):
         if self._ring is None:
             if self._proc is None:
                 return None
-            self.attach(DEFAULT_FRAMES)
+            if self._late is not None:
+                if not self._await_first_frame():
+                    return None
+            else:
+                self.attach(DEFAULT_FRAMES)
         ring = self._ring
         assert ring is not None
         k = ring.slot_of(out)
@@ -178,14 +218,17 @@ class ProcessCaptureSource(FrameSource):
             self._send(("free", k))  # the pipeline is done with the frame that lay there
         if self._ended:
             return None
-        msg = self._recv(None, "reading")
+        msg, self._held = self._held or self._recv(None, "reading"), None
         if msg is None:
             self.end_reason = "stopped"
             return None
         if self.live:  # several frames queued up: only the newest is the present
             while not self._stopping.is_set() and msg[0] == "frame" and self._conn.poll(0):
                 newer = self._recv(0.0, "reading")
-                if newer is None or newer[0] != "frame":
+                if newer is None:
+                    break
+                if newer[0] != "frame":  # the end or an error after this frame: for the next read
+                    self._held = newer
                     break
                 self._take_counters(msg)
                 if msg[1] >= 0:
@@ -209,6 +252,24 @@ class ProcessCaptureSource(FrameSource):
             frame: np.ndarray = pixels
             return frame
         return ring.view(k, h, w)
+
+    def _await_first_frame(self) -> bool:
+        """A source reconnected in the background: wait (reporting its state as the worker sends it) until it is
+        up, then make its ring for the frames asked at :meth:`attach`; False when stopped first."""
+        msg = self._recv(None, "reading")
+        if msg is None:
+            self.end_reason = "stopped"
+            return False
+        if msg[0] == "error":
+            raise SourceError(msg[1])
+        if msg[0] != "up":  # pragma: no cover - the worker sends nothing else before it is up; a bug if it does
+            raise SourceError(f"{self.uri}: capture worker sent {msg[0]!r} before its first frame")
+        self._opened_as(msg[1])
+        assert self._late is not None
+        frames, register = self._late
+        self._late = None
+        self.attach(frames, register)
+        return True
 
     # -- many sources in one thread (edgert.pipeline.collector) ------------------------------------------
     def fileno(self) -> int:
@@ -257,7 +318,7 @@ class ProcessCaptureSource(FrameSource):
             self._apply(msg[5])
 
     def _apply(self, counters: tuple[Any, ...]) -> None:
-        dropped, skipped, self.reconnects, self.stalls, end_reason, self.ended_early = counters
+        dropped, skipped, self.reconnects, self.stalls, end_reason, self.ended_early, self.reconnecting = counters
         self.worker_dropped = int(dropped)
         self.dropped = self._stale + self.worker_dropped
         self.skipped_by_reason = dict(skipped)
@@ -303,7 +364,10 @@ class ProcessCaptureSource(FrameSource):
             try:
                 if self._ready(conn, wait):
                     msg: tuple[Any, ...] = conn.recv()
-                    return msg
+                    if msg[0] != "state":
+                        return msg
+                    self._apply(msg[1])  # a live source's counters between frames: taken here, for every caller
+                    continue
             except (EOFError, OSError):
                 break
             if deadline is not None and time.monotonic() >= deadline:

@@ -29,24 +29,57 @@ __all__ = ["CODECS_BY_SUFFIX", "Encoder", "encoder_chain", "open_encoder"]
 log = logging.getLogger(__name__)
 
 
+#: MP4 and QuickTime files are written fragmented: a fragment (its own index, ``moof``, and its frames) at each
+#: keyframe and at least every 2 s of video, instead of one index of every frame written at the end (``moov``).
+#: The muxer then holds one fragment in memory (2 s of compressed video at most: a fragment's frames wait for
+#: its index), not 64 bytes per frame of the whole file for as long as the run lasts (heaptrack on
+#: ``scripts/soak.py``: the last native allocation that grew with the run, +295 KB in 5 000 frames over 4
+#: files); and a run killed before it can close the file (SIGKILL, power loss) leaves a video that plays up to
+#: its last fragment instead of one without an index (``flush_packets``: each fragment goes to the file when it
+#: is cut, not when the I/O buffer fills). Browsers, VLC, FFmpeg and OpenCV play, seek and count them as before;
+#: the file is the same size (the keyframes are x264's own).
+_FRAGMENTED = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "frag_duration": "2000000",
+               "flush_packets": "1"}
+
+
+def _container_options(path: Path) -> dict[str, str]:
+    return dict(_FRAGMENTED) if path.suffix.lower() in (".mp4", ".m4v", ".mov") else {}
+
+
 class _PyAVWriter:
-    """``cv2.VideoWriter``'s calls over a PyAV container (libx264, libvpx)."""
+    """``cv2.VideoWriter``'s calls over a PyAV container (libx264, libvpx).
+
+    Each frame is converted from BGR into one YUV 4:2:0 frame made at open and reused (``cv2.cvtColor``, then
+    the three planes copied into the frame's own, whose rows may be padded). ``VideoFrame.from_ndarray`` and the
+    encoder's reformatter made three new frame-sized buffers per frame instead (the BGR image as bytes, a BGR
+    frame, the YUV frame: 1.3 + 1.3 + 0.66 MB at 768x576): two were mapped and unmapped each frame, and the
+    third came from glibc's arenas, where, with four video sinks on their own threads, a new high of them at
+    once now and then left the heap one YUV frame larger for good (heaptrack on ``scripts/soak.py``: those
+    three the only frame-sized allocations per frame; docs/fleet.md). The encoders keep no reference to the
+    frame after ``encode`` (libx264 and libvpx copy it in, and FFmpeg lets go of it once the encoder has run);
+    where PyAV has ``make_writable`` (18 has, 12 has not) it copies the frame first if one still did.
+    """
 
     def __init__(self, path: Path, codec: str, fps: float, size: tuple[int, int]) -> None:
         self._container: Any = None
         self._stream: Any = None
+        self._frame: Any = None  # the one YUV 4:2:0 frame every image is converted into
+        self._yuv: np.ndarray | None = None  # cv2's I420 output (Y rows, then U, then V), reused
+        self._sent = 0  # frames given to the encoder: each one's pts
         try:
             av = lazy_import("av", "H.264/VP9 video (pip install 'edgert[video]')")
             av.codec.Codec(codec, "w")  # raises when this PyAV lacks the encoder
-            container = av.open(str(path), "w")
+            container = av.open(str(path), "w", container_options=_container_options(path))
             stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
             stream.width, stream.height = size
             stream.pix_fmt = "yuv420p"
-            if codec == "libx264":  # players need yuv420p and the index first (moov) to start at once
+            if codec == "libx264":  # players need yuv420p (the index comes first: fragmented, empty_moov)
                 stream.options = {"crf": "23", "preset": "veryfast"}
             elif codec.startswith("libvpx"):
                 stream.options = {"crf": "32", "b": "0", "deadline": "realtime", "cpu-used": "8"}
             self._container, self._stream, self._av = container, stream, av
+            self._frame = av.VideoFrame(size[0], size[1], "yuv420p")
+            self._yuv = np.empty((size[1] * 3 // 2, size[0]), np.uint8)
         except Exception as exc:  # no PyAV, no such encoder, an unwritable path: not this encoder
             log.debug("PyAV %s for %s not available: %s", codec, path, exc)
             self.close_quietly()
@@ -55,7 +88,26 @@ class _PyAVWriter:
         return self._container is not None
 
     def write(self, image: np.ndarray) -> None:
-        frame = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+        cv2 = lazy_import("cv2", "writing video files")
+        frame, yuv = self._frame, self._yuv
+        assert frame is not None and yuv is not None
+        height, width = yuv.shape[0] * 2 // 3, yuv.shape[1]
+        if image.shape[:2] != (height, width):  # the sink fits every image to the size given at open
+            raise ValueError(f"a {image.shape[1]}x{image.shape[0]} image for a {width}x{height} video")
+        cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=yuv)
+        make_writable = getattr(frame, "make_writable", None)  # newer PyAV (not 12)
+        if make_writable is not None:
+            make_writable()  # a no-op unless the encoder still holds the previous frame's buffers
+        quarter = height // 2 * (width // 2)
+        chroma = yuv[height:].reshape(-1)
+        for plane, rows, cols, pixels in ((0, height, width, yuv[:height]),
+                                          (1, height // 2, width // 2, chroma[:quarter]),
+                                          (2, height // 2, width // 2, chroma[quarter:2 * quarter])):
+            target = frame.planes[plane]
+            view = np.frombuffer(target, np.uint8).reshape(-1, target.line_size)[:rows, :cols]
+            np.copyto(view, pixels.reshape(rows, cols))
+        frame.pts = self._sent  # the encoder would set it once (a new frame's), and a reused frame keeps it
+        self._sent += 1
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
 

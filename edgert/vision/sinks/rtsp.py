@@ -1,4 +1,8 @@
 """Publishing annotated frames over RTSP through GStreamer (``rtsp://server:8554/edgert``).
+
+The stream's size is its source's: known at open for a source that opened, learnt from the first frame for a
+live source still connecting at start (reconnected in the background), so the publisher starts then, as the
+video file sink's writer does, never at 0x0.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class RtspSink(Sink):
         super().__init__(uri)
         self._writer: Any = None
         self._size = (0, 0)
+        self._fps = 30.0
+        self._awaiting = False  # opened with no frame size yet: the publisher starts on the first frame
 
     def prepare(self) -> None:
         from edgert.vision.sources import gstreamer_available
@@ -56,20 +62,36 @@ class RtspSink(Sink):
 
     def open(self, info: StreamInfo) -> None:
         self.prepare()
+        self._fps = info.fps or 30.0
+        self._awaiting = True
+        if (info.width or 0) > 0 and (info.height or 0) > 0:
+            self._start((int(info.width), int(info.height)))
+        # else a live source still connecting: the publisher starts on its first frame, at that frame's size
+
+    def _start(self, size: tuple[int, int]) -> None:
         cv2 = lazy_import("cv2", "RTSP output")
         from edgert.platform import jetson_info
 
-        fps = info.fps or 30.0
-        pipeline = rtsp_out_pipeline(self.uri, fps, jetson=bool(jetson_info().get("is_jetson")))
-        self._size = (info.width, info.height)
-        writer = cv2.VideoWriter(pipeline, cv2.CAP_GSTREAMER, 0, fps, self._size, True)
+        self._awaiting = False
+        pipeline = rtsp_out_pipeline(self.uri, self._fps, jetson=bool(jetson_info().get("is_jetson")))
+        self._size = size
+        writer = cv2.VideoWriter(pipeline, cv2.CAP_GSTREAMER, 0, self._fps, size, True)
         if not writer.isOpened():
             writer.release()
             raise SinkError(f"{self.uri}: GStreamer could not start the RTSP publisher (is an RTSP server there?)")
         self._writer = writer
 
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) the stream is published at; (0, 0) until the publisher has started."""
+        return self._size
+
     def write(self, result: FrameResult) -> None:
-        if self._writer is not None and result.image is not None:
+        if result.image is None:
+            return
+        if self._writer is None and self._awaiting:
+            self._start((int(result.image.shape[1]), int(result.image.shape[0])))
+        if self._writer is not None:
             image = result.image
             if (image.shape[1], image.shape[0]) != self._size:
                 image = lazy_import("cv2").resize(image, self._size)

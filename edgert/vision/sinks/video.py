@@ -2,6 +2,8 @@
 
 ``.mp4`` is H.264 where an H.264 encoder exists (PyAV's libx264, GStreamer through OpenCV), else OpenCV's
 MPEG-4 Part 2, named as a fallback; ``.webm`` is VP9/VP8; ``.avi`` Motion-JPEG. :mod:`.encoders` has the order.
+Through PyAV an MP4 is written fragmented (an index per group of frames), so a run killed before it closes
+the file leaves a video that plays up to its last fragment (:data:`.encoders._FRAGMENTED` says why).
 """
 
 from __future__ import annotations
