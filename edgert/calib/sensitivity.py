@@ -9,7 +9,9 @@
 3. Repair within the budget: the longest prefix of the ranking whose MACs fit ``max_float`` of the model's is
    measured first (detection mAP against FP32 detections on the check set). If it misses the target, it is
    kept and the target is not met (one run). If it meets it, the shortest prefix that still does is found by
-   bisection (about log2 of the candidates in runs), so as few float islands as possible remain.
+   bisection (about log2 of the candidates in runs), so as few float islands as possible remain. Full INT8
+   is measured only in that case (``calibrate`` does not check it first: when the budget's float layers miss
+   the target, full INT8 cannot be expected to meet it, and one check-set run is saved).
 """
 
 from __future__ import annotations
@@ -163,12 +165,15 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
                       evaluate: Callable[[Path], dict[str, Any]],
                       max_drop: float, feeds: Iterable[Mapping[str, np.ndarray]], macs: Mapping[str, int],
                       max_float: float = 0.1, log_fn: Callable[[str], None] | None = None,
-                      write_kwargs: Mapping[str, Any] | None = None, size_weight: float = 0.0) -> SensitivityResult:
+                      write_kwargs: Mapping[str, Any] | None = None, size_weight: float = 0.0,
+                      full_int8_measured: bool = True) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` with at most ``max_float`` of the
     model's MACs (``macs``: per weighted node) in float (see the module docstring). ``evaluate``: the
     accuracy report of a Q/DQ model file on the check set (``comparison.compare_detectors``'s, with
     ``["map"]["map50_95"]``); the one of the chosen model is kept as ``result.accuracy``. ``feeds``: model
-    inputs of the frames the layers' errors are measured on. ``size_weight``: :func:`rank_candidates`'s."""
+    inputs of the frames the layers' errors are measured on. ``size_weight``: :func:`rank_candidates`'s.
+    ``full_int8_measured``: the caller measured full INT8 and it missed the target; when False and the
+    budget's layers meet it, full INT8 is measured here (and kept, with no float layer, if it meets it too)."""
     kw = dict(write_kwargs or {})
     scores = layer_errors(model, plan, amax, feeds, write_kwargs=kw)
     total = sum(macs.values())
@@ -214,7 +219,9 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
             result.float_layers = chosen_all
             if measure(hi) >= target:
                 result.target_met = True
-                lo = 0  # full INT8 was measured by the caller and missed
+                lo = 0  # full INT8 misses the target: measured by the caller, or now
+                if not full_int8_measured and measure(0) >= target:
+                    hi = 0
                 while hi - lo > 1:
                     mid = (lo + hi) // 2
                     if measure(mid) >= target:

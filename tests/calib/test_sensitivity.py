@@ -72,3 +72,37 @@ def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_p
     # a budget of nothing keeps nothing float and measures nothing
     none = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds, macs=macs, max_float=0.0)
     assert none.float_layers == [] and none.steps == [] and not none.target_met
+
+
+def test_full_int8_is_measured_only_after_the_budget_meets_the_target_and_kept_when_it_meets_it_too(
+        tmp_path: Path) -> None:
+    path = tiny_detector(tmp_path / "d.onnx", size=32)
+    model = prepare_model(onnx.load(str(path)))
+    plan = plan_quantization(model)
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(3)]
+    config = PipelineConfig()
+    reference = detections_on(path, frames, config)
+    amax = {t: 0.05 for t in plan.activation_tensors}
+    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
+    macs = count_macs(model).layers
+    measured: list[Path] = []
+
+    def evaluate(p: Path) -> dict[str, object]:
+        measured.append(p)
+        return compare_detectors(path, p, ((str(i), f) for i, f in enumerate(frames)), config,
+                                 reference_results=reference)
+
+    # any accuracy meets a target of 0: the budget's layers meet it, then full INT8 is measured and meets it too
+    easy = find_float_layers(model, plan, amax, evaluate, max_drop=1.0, feeds=feeds, macs=macs, max_float=1.0,
+                             full_int8_measured=False)
+    assert easy.target_met and easy.float_layers == [] and easy.reasons == {}
+    assert [s["float_layers"] for s in easy.steps] == [len([v for v in easy.scores.values() if v > 0]), 0]
+    assert len(measured) == 2
+    assert easy.accuracy is not None and easy.accuracy["map"]["map50_95"] == easy.steps[1]["map50_95"]
+    # mAP above 1 is never met: the budget is measured once and full INT8 not at all
+    measured.clear()
+    hard = find_float_layers(model, plan, amax, evaluate, max_drop=-0.5, feeds=feeds, macs=macs, max_float=1.0,
+                             full_int8_measured=False)
+    assert not hard.target_met and len(hard.steps) == 1 and len(measured) == 1
+    assert hard.float_layers and hard.steps[0]["float_layers"] == len(hard.float_layers)
