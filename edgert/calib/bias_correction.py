@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from edgert._lazy import lazy_import
+from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.layer_error import twin_model
 from edgert.calib.qdq import GraphPlan, write_qdq
 from edgert.errors import CalibrationError, reraise_as
@@ -42,13 +42,8 @@ _MEAN = "__edgert_mean"
 
 
 def _session(model: onnx.ModelProto, threads: int) -> object:
-    ort = lazy_import("onnxruntime", "bias correction")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
     with reraise_as(CalibrationError, "ONNX Runtime cannot load the model for bias correction"):
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return cpu_session(model, threads, spin_wait=True, what="bias correction")
 
 
 def _channel_means(graph: onnx.GraphProto, tensors: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgert._lazy import lazy_import
+from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.histograms import DEFAULT_BINS, TensorHistogram
 from edgert.errors import CalibrationError, ModelError, reraise_as
 
@@ -74,7 +74,6 @@ class ActivationCollector:
     threads: int = 0
 
     def __post_init__(self) -> None:
-        ort = lazy_import("onnxruntime", "collecting calibration statistics")
         inits = {i.name for i in self.model.graph.initializer}
         inputs = [i for i in self.model.graph.input if i.name not in inits]
         if len(inputs) != 1:
@@ -90,10 +89,6 @@ class ActivationCollector:
         self.histograms = {name: TensorHistogram(name, self.bins) for name in self.tensors}
         self.samples = 0
         self._sessions = []
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        if self.threads:
-            so.intra_op_num_threads = self.threads
         outputs = {o.name for o in self.model.graph.output}
         for chunk in self.chunks:
             m = onnx.ModelProto()
@@ -103,8 +98,7 @@ class ActivationCollector:
                     m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
             fetch = [n for n in chunk if n != self.input_name]
             with reraise_as(ModelError, "ONNX Runtime cannot load the model for calibration"):
-                sess = ort.InferenceSession(m.SerializeToString(), sess_options=so,
-                                            providers=["CPUExecutionProvider"])
+                sess = cpu_session(m, self.threads, spin_wait=True, what="calibration")
             del m
             self._sessions.append((sess, fetch, self.input_name in chunk))
 

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.qdq import GraphPlan, write_qdq
 
 __all__ = ["layer_errors", "probe_model", "twin_model"]
@@ -84,14 +85,9 @@ def layer_errors(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, flo
                  feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 0,
                  write_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Per target node of ``plan``: its output's INT8 NSR (sum of squared error / sum of square) over ``feeds``."""
-    import onnxruntime as ort
 
     probe, outputs = probe_model(model, plan, amax, write_kwargs)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(probe, threads, spin_wait=True, what="measuring layer errors")
     names = [n for pair in outputs.values() for n in pair]
     sums = np.zeros(len(names), np.float64)
     for feed in feeds:

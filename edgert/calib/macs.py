@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from edgert.backends.onnxruntime import cpu_session
 from edgert.rewrite.graph import WEIGHTED
 
 __all__ = ["MacCount", "count_macs", "layer_macs"]
@@ -65,7 +66,6 @@ def _static(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
 def _run_shapes(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """The shapes of ``names`` from one ONNX Runtime run on zeros (symbolic input dimensions as 1)."""
     import numpy as np
-    import onnxruntime as ort
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -81,10 +81,7 @@ def _run_shapes(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple
         tt = vi.type.tensor_type
         shape = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
         feeds[vi.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every named tensor
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(probe, spin_wait=True, optimize=False, what="counting multiply-accumulates")
     outs = sess.run(list(names), feeds)
     return {t: tuple(int(d) for d in o.shape) for t, o in zip(names, outs)}
 

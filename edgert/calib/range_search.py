@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.histograms import QUANT_LEVELS, TensorHistogram, safe_amax
 from edgert.calib.qdq import GraphPlan, write_qdq
 
@@ -108,18 +109,13 @@ def search_ranges(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, fl
     """``(amax with each quantized tensor's range replaced by its best candidate, per tensor what was tried)``.
 
     ``feeds``: model inputs of the frames the output errors are summed over (calibration images)."""
-    import onnxruntime as ort
 
     candidates = {t: candidate_ranges(histograms[t], amax[t]) for t in plan.quantized_tensors if t in histograms}
     candidates = {t: v for t, v in candidates.items() if len(v) > 1}
     if not candidates:
         return dict(amax), {}
     probe, outputs = _probe(model, plan, amax, candidates, write_kwargs)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(probe, threads, spin_wait=True, what="choosing ranges by output error")
     names = [o.name for o in probe.graph.output]
     sums = np.zeros(len(names), np.float64)
     for feed in feeds:

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from edgert._lazy import lazy_import
+from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.collect import _chunks, tensor_bytes
 from edgert.calib.histograms import QUANT_LEVELS, safe_amax
 from edgert.calib.qdq import GraphPlan, quantize_weight
@@ -119,7 +119,6 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
     """``({weight initializer: INT8 values}, {node: {"nearest": e, "chosen": e}})`` for every quantized
     group-1 2-D Conv of ``plan`` whose chosen rounding lowers its output error (``e``: :func:`output_error`
     relative to the layer's output power, on the sampled activations)."""
-    ort = lazy_import("onnxruntime", "weight rounding")
     inits = {i.name: i for i in model.graph.initializer}
     nodes = {n.name: n for n in model.graph.node}
     layers: dict[str, ConvPatches] = {}
@@ -140,10 +139,6 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
         return {}, {}
     tensors = sorted(set(inputs.values()))
     graph_inputs = [i.name for i in model.graph.input if i.name not in inits]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
     sessions = []
     for chunk in _chunks(tensors, tensor_bytes(model, tensors), int(budget_mb * (1 << 20))):
         m = onnx.ModelProto()
@@ -153,8 +148,7 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
         for t in fetch:
             m.graph.output.append(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None))
         with reraise_as(CalibrationError, "ONNX Runtime cannot load the model for weight rounding"):
-            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]) if fetch \
-                else None
+            sess = cpu_session(m, threads, spin_wait=True, what="weight rounding") if fetch else None
         sessions.append((sess, fetch, [t for t in chunk if t in graph_inputs]))
     by_tensor: dict[str, list[ConvPatches]] = {}
     for node, t in inputs.items():
