@@ -236,6 +236,11 @@ class ProcessCaptureSource(FrameSource):
                 self._stale += 1
                 self.dropped = self._stale + self.worker_dropped
                 msg = newer
+        return self._frame_of(msg, ring)
+
+    def _frame_of(self, msg: tuple[Any, ...], ring: FrameRing) -> np.ndarray | None:
+        """A worker's message as :meth:`read` and :meth:`receive` hand it on: the frame (a view of its ring slot),
+        None at the end (its counters applied), the worker's error raised."""
         if msg[0] == "error":
             raise SourceError(msg[1])
         if msg[0] == "end":
@@ -298,20 +303,7 @@ class ProcessCaptureSource(FrameSource):
             msg: tuple[Any, ...] = conn.recv()
         except (EOFError, OSError):
             self._gone("reading")
-        if msg[0] == "error":
-            raise SourceError(msg[1])
-        if msg[0] == "end":
-            self._ended = True
-            self._apply(msg[1])
-            return None
-        _, k, h, w, seq, _counters, current, pixels = msg
-        self._take_counters(msg)
-        self._expected = seq + 1
-        self.current = current
-        if k < 0:
-            frame: np.ndarray = pixels
-            return frame
-        return ring.view(k, h, w)
+        return self._frame_of(msg, ring)
 
     def _take_counters(self, msg: tuple[Any, ...]) -> None:
         if msg[0] == "frame" and msg[5] is not None:
