@@ -42,16 +42,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from _bench import ROOT, assets_dir, machine_info, write_json
+from _quant_tools import measured, modelopt_env, modelopt_quantize
 
 ASSETS = assets_dir()
 MODELS = {
@@ -60,32 +59,6 @@ MODELS = {
     "yolov3tiny": ASSETS / "models/detection/yolov3-tiny-coco-416.onnx",  # not tuned on
 }
 EDGERT = [sys.executable, "-m", "edgert.cli.main"]
-
-
-# -- measuring a child ---------------------------------------------------------------------------------
-def measured(cmd: list[str], timeout: float = 3600) -> dict[str, Any]:
-    """Run ``cmd`` through a wrapper process that reports the child's wall time and peak RSS."""
-    wrapper = [sys.executable, __file__, "--measure-child", "--", *cmd]
-    proc = subprocess.run(wrapper, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    lines = proc.stdout.strip().splitlines()
-    try:
-        info: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        return {"rc": proc.returncode, "error": proc.stderr[-2000:]}
-    info["stdout"] = "\n".join(lines[:-1])
-    info["stderr"] = proc.stderr[-4000:]
-    return info
-
-
-def _measure_child(cmd: list[str]) -> int:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    print(json.dumps({"rc": proc.returncode, "wall_s": round(wall, 2), "peak_rss_mb": round(rss_mb, 1)}))
-    return 0
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -270,64 +243,6 @@ def evaluate(model: Path, candidate: Path, images: Path, video: Path | None, fra
     return info
 
 
-# -- ModelOpt, in a venv of its own ------------------------------------------------------------------------
-MODELOPT_CHECK = "import modelopt, modelopt.onnx.quantization, torch, onnxruntime; " \
-                 "print(modelopt.__version__, torch.__version__, onnxruntime.__version__)"
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def modelopt_env(venv: Path, spec: str, torch_spec: str) -> dict[str, Any]:
-    """The throwaway venv with ModelOpt's ONNX path: reused when it imports, else created and installed.
-
-    torch goes in first from ``torch_spec`` (``modelopt.onnx.quantization`` imports it at module level,
-    for FP8 casts; the INT8 path never calls it), so pip does not pull PyPI's CUDA build for it."""
-    py = venv_python(venv)
-    info: dict[str, Any] = {"venv": str(venv), "spec": spec, "torch_spec": torch_spec}
-    if py.exists():
-        probe = subprocess.run([str(py), "-c", MODELOPT_CHECK], capture_output=True, text=True)
-        if probe.returncode == 0:
-            info.update(reused=True, versions=probe.stdout.strip())
-            return info
-    t0 = time.perf_counter()
-    steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
-             [str(py), "-m", "pip", "install", "-q", torch_spec],
-             [str(py), "-m", "pip", "install", "-q", spec]]
-    for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            info.update(error=f"{' '.join(cmd)} failed (rc {proc.returncode})", pip_stderr=proc.stderr[-3000:])
-            return info
-    probe = subprocess.run([str(py), "-c", MODELOPT_CHECK], capture_output=True, text=True)
-    info["install_s"] = round(time.perf_counter() - t0, 1)
-    if probe.returncode != 0:
-        info["error"] = f"installed, but it does not import: {probe.stderr.strip()[-2000:]}"
-        return info
-    info.update(reused=False, versions=probe.stdout.strip())
-    return info
-
-
-def modelopt_quantize(venv: Path, model: Path, npz: Path, out: Path, work: Path,
-                      extra: list[str]) -> dict[str, Any]:
-    """``python -m modelopt.onnx.quantization --quantize_mode int8`` (plus ``extra``; none: its defaults) on a
-    copy of ``model`` in the folder ``work``: ModelOpt writes intermediate files beside its input, and
-    copies the whole folder of a read-only one first."""
-    work.mkdir(parents=True, exist_ok=True)
-    src = work / model.name
-    shutil.copy(model, src)
-    cmd = [str(venv_python(venv)), "-m", "modelopt.onnx.quantization", "--onnx_path", str(src),
-           "--quantize_mode", "int8", "--calibration_data_path", str(npz), "--output_path", str(out), *extra]
-    info = measured(cmd)
-    info["command"] = " ".join(cmd)
-    info.pop("stdout", None)
-    if info.get("rc") != 0 or not out.exists():
-        info["error"] = (info.get("stderr") or info.get("error") or "")[-2000:]
-    info.pop("stderr", None)
-    return info
-
-
 def carry_metadata(src: Path, out: Path) -> list[str]:
     """Copy the FP32 model's metadata_props that ``out`` lacks (class names, preprocessing keys the Detector
     reads); returns their keys. edgert's and ORT's outputs keep them; a tool that drops them would
@@ -430,8 +345,6 @@ TOOLS = {
 
 # -- main ---------------------------------------------------------------------------------------------------
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--measure-child":
-        return _measure_child(sys.argv[3:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "edgert_bench_calibration")
     ap.add_argument("--images", type=Path, default=ASSETS / "images")
