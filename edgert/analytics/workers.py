@@ -143,7 +143,11 @@ class TrackingWorkers:
                 self._sent.add(f.feed)
                 meta.append((f.feed, f.index, f.media_time, len(d), spec))
                 dets.append(d)
-            self._conns[k].send(("batch", meta, *_pack(dets)))
+            try:
+                self._conns[k].send(("batch", meta, *_pack(dets)))
+            except OSError:  # BrokenPipeError would read as "stdout closed" to the CLI: name the worker instead
+                self._procs[k].join(1.0)
+                raise EdgertError(self._died(k)) from None
         out: list[Any] = [None] * len(frames)
         names = run.names
         for k, idx in groups.items():
@@ -170,18 +174,20 @@ class TrackingWorkers:
             if run is not None and run.aborting.is_set():
                 raise Aborted()
             if not proc.is_alive() and not conn.poll(0):
-                raise EdgertError(f"tracking worker {k} (sources {self._group(k)}) {_how_it_ended(proc.exitcode)}")
+                raise EdgertError(self._died(k))
             if timeout is not None and waited > timeout:
                 raise EdgertError(f"tracking worker {k} did not start in {timeout:.0f} s")
         try:
             msg: tuple[Any, ...] = conn.recv()
         except (EOFError, OSError):
             proc.join(1.0)
-            raise EdgertError(f"tracking worker {k} (sources {self._group(k)}) {_how_it_ended(proc.exitcode)}"
-                              ) from None
+            raise EdgertError(self._died(k)) from None
         if msg[0] == "error":
             raise EdgertError(f"tracking worker {k}: {msg[1]}")
         return msg
+
+    def _died(self, k: int) -> str:
+        return f"tracking worker {k} (sources {self._group(k)}) {_how_it_ended(self._procs[k].exitcode)}"
 
     def _group(self, k: int) -> str:
         return ", ".join(self._specs[i][0] for i in sorted(self._specs) if i % self.count == k) or "none yet"

@@ -324,6 +324,7 @@ class Pipeline:
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
             "sinks": [redact(w.sink.uri) for w in self.state.workers],
             "slots": len(processor.slots),
+            "tracking_workers": self.state.tracking.count if self.state.tracking is not None else 0,
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
             "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
