@@ -57,6 +57,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
     p.add_argument("--track", nargs="?", const="bytetrack", default=None, metavar="TRACKER",
                    help="track objects across frames (bytetrack by default; sort, ocsort): a track_id per box")
+    p.add_argument("--track-workers", type=int, default=None, metavar="N",
+                   help="processes that track groups of sources (track.workers; 0: on the results thread; default: "
+                        "one per 4 sources from 8 sources on a machine of 4 cores or more)")
     p.add_argument("--line", action="append", default=None, metavar="NAME:x1,y1,x2,y2[:in|out|both]",
                    help="a counting line (repeatable; pixels or 0..1 fractions; :classes=A,B filters classes; "
                         "needs --track; added to the config's analytics.lines)")
@@ -173,6 +176,12 @@ def build_config(args: argparse.Namespace) -> Any:
         from edgert.config import TrackConfig
 
         track = _replace(track or TrackConfig(), {"tracker": "--track"}, tracker=args.track)
+    if getattr(args, "track_workers", None) is not None:
+        if track is None:
+            from edgert.errors import ConfigError
+
+            raise ConfigError("--track-workers: nothing to track. Note: add --track (or a track section)")
+        track = _replace(track, {"workers": "--track-workers"}, workers=args.track_workers)
     analytics = config.analytics
     if getattr(args, "line", None) or getattr(args, "zone", None):
         from edgert.analytics.rules import with_rules

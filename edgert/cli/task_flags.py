@@ -24,6 +24,7 @@ VISION_ONLY_FLAGS: dict[str, str] = {
     "--gpu-pipeline": "gpu_pipeline", "--slots": "slots", "--memory": "memory", "--cuda-graph": "cuda_graph",
     "--batch": "batch", "--batch-timeout-ms": "batch_timeout_ms", "--preload": "preload", "--loop": "loop",
     "--line": "line", "--zone": "zone", "--capture": "capture",
+    "--track-workers": "track_workers",
 }
 
 #: flag -> argparse destination, for flags only a speech task reads (Whisper's token search).

@@ -21,6 +21,7 @@ from edgert.search_rules import (
 MAX_QUEUE_SIZE = 64
 MAX_SLOTS = 16
 MAX_BATCH = 64
+MAX_TRACK_WORKERS = 64
 MAX_SOURCES = 64
 MAX_THREADS = 256  # CPU threads for a backend: more is a typo, and each holds a stack
 
@@ -343,6 +344,7 @@ class TrackConfig:
     minimum_consecutive_frames: int = 1  # frames a track must be seen before it gets an id
     frame_rate: float | None = None  # None: the source's rate, else 30
     keep_untracked: bool = False  # keep detections no track claims (track_id -1) instead of dropping them
+    workers: int | None = None  # processes that track groups of sources; 0: the results thread; None: by sources
 
     def __post_init__(self) -> None:
         _check(self.tracker in TRACKERS, "tracker",
@@ -355,6 +357,9 @@ class TrackConfig:
                f"expected >= 1, got {self.minimum_consecutive_frames}")
         if self.frame_rate is not None:
             _check(self.frame_rate > 0, "frame_rate", f"expected frames per second > 0, got {self.frame_rate}")
+        if self.workers is not None:
+            _check(0 <= self.workers <= MAX_TRACK_WORKERS, "workers",
+                   f"expected 0..{MAX_TRACK_WORKERS} processes (0: track on the results thread), got {self.workers}")
 
 
 def _check_finite(points: tuple[tuple[float, float], ...], field_name: str) -> None:

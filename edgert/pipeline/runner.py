@@ -213,11 +213,12 @@ class Pipeline:
         self.abort(self._stop_reason or "stop deadline")
 
     def _run(self, started: float) -> JSONDict:
+        from edgert.analytics.workers import start_tracking_workers
         from edgert.pipeline.choice import open_processor
         from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
-        from edgert.pipeline.startup import close_order, enter_sources
+        from edgert.pipeline.startup import close_order, enter_sources, make_stages
         from edgert.speech.stages import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
@@ -244,7 +245,10 @@ class Pipeline:
                             stack.callback(feed.source.close)
                             start()
                     enter_sources(self.state.feeds, stack, self._stop.is_set)
-                    self._make_stages()  # bad lines and zones are refused before any sink truncates its file
+                    make_stages(self.state)  # bad lines and zones are refused before any sink truncates its file
+                    self.state.tracking = start_tracking_workers(self.state)  # track.workers: off this interpreter
+                    if self.state.tracking is not None:
+                        stack.callback(self.state.tracking.close)
                     # the frames too, before any output is truncated
                     allocate_frames(self.state.feeds, processor, self.config.runtime.queue_size)
                     open_sinks(self.state)
@@ -304,16 +308,6 @@ class Pipeline:
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
         return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
 
-    def _make_stages(self) -> None:
-        if self.config.track is not None or self.config.analytics.enabled:
-            from edgert.analytics.stages import make_result_stages
-
-            for feed in self.state.feeds:  # each source its own tracks and counts, its lines checked on its frame
-                if not feed.opened or feed.start_error is not None:
-                    continue  # no frame yet to check its lines on (a late one gets them on its first: late_stages)
-                size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
-                feed.stages = make_result_stages(self.config, feed.source.fps, size, self.state.names, feed.name)
-
     def _start_info(self, processor: Processor) -> dict[str, object]:
         first = self.state.feeds[0].source
         return {
@@ -330,6 +324,7 @@ class Pipeline:
             "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
             "sinks": [redact(w.sink.uri) for w in self.state.workers],
             "slots": len(processor.slots),
+            "tracking_workers": self.state.tracking.count if self.state.tracking is not None else 0,
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
             "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
@@ -372,6 +367,8 @@ class Pipeline:
         finally:
             if collector is not None:  # after every thread has stopped
                 collector.close()
+            if self.state.tracking is not None:  # its sources' final tracks and counts, for the summary
+                self.state.tracking.close()
             if self._hooks is not None:
                 self._hooks.end()
 

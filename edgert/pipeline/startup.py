@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from edgert.pipeline.state import RunState
     from edgert.vision.sinks import SinkWorker
 
-__all__ = ["close_order", "enter_sources", "late_stages", "mark_reconnecting", "open_feeds"]
+__all__ = ["close_order", "enter_sources", "late_stages", "make_stages", "mark_reconnecting", "open_feeds"]
 
 log = logging.getLogger("edgert.pipeline.runner")
 
@@ -68,6 +68,18 @@ def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | Non
                   "other(s)", feed.name, feed.start_error, len(feeds) - len(failed))
 
 
+def make_stages(run: RunState) -> None:
+    """Each opened source's tracking and analytics stages, its lines and zones checked on its own frame size."""
+    if run.config.track is not None or run.config.analytics.enabled:
+        from edgert.analytics.stages import make_result_stages
+
+        for feed in run.feeds:  # each source its own tracks and counts, its lines checked on its frame
+            if not feed.opened or feed.start_error is not None:
+                continue  # no frame yet to check its lines on (a late one gets them on its first: late_stages)
+            size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
+            feed.stages = make_result_stages(run.config, feed.source.fps, size, run.names, feed.name)
+
+
 def late_stages(run: RunState, feed: _Feed) -> bool:
     """Give ``feed``, a source that came up after the start, its tracking and analytics stages, its lines and
     zones resolved on its own frame size; False (the feed ends with the error) when they do not fit it."""
@@ -78,6 +90,8 @@ def late_stages(run: RunState, feed: _Feed) -> bool:
     size = (int(feed.source.width or 0), int(feed.source.height or 0))
     try:
         feed.stages = make_result_stages(run.config, feed.source.fps, size, run.names, feed.name)
+        if run.tracking is not None:  # track.workers: its worker makes them again on its first frame
+            feed.stages = run.tracking.adopt(feed, feed.stages)
     except EdgertError as exc:
         feed.error, feed.end_reason = redact(exc), "error"
         log.error("source %s dropped out: %s; the other sources go on", feed.name, feed.error)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edgert.analytics.workers import TrackingWorkers
     from edgert.config import PipelineConfig
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.parts import SinkSpec
@@ -60,3 +61,5 @@ class RunState:
     started: bool = False  # ``on_start`` was told (after the first frame went through every stage)
     #: a sink has opened (truncated) its output: from then on a stop finalises the outputs
     outputs_open: bool = False
+    #: the processes that track groups of sources (``track.workers``); None: tracking runs on the results thread
+    tracking: TrackingWorkers | None = None

@@ -65,6 +65,7 @@ def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[s
         "slots": len(processor.slots) if processor is not None else 0,
         "batch": getattr(processor, "batch", 1),
         "frames_in_flight": frames_in_flight,
+        "tracking_workers": info.get("tracking_workers", 0),  # processes tracking groups of sources (track.workers)
         "watts": None if stats.watts is None else round(float(stats.watts), 3),
         "mj_per_frame": None,
     }

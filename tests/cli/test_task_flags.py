@@ -17,7 +17,7 @@ from edgert.errors import ConfigError
 VALUES = {"--conf": "0.3", "--iou": "0.5", "--track": "sort", "--processing": "cpu", "--slots": "2",
           "--memory": "pinned", "--batch": "2", "--batch-timeout-ms": "5", "--decoding": "beam",
           "--beam-size": "3", "--best-of": "2", "--capture": "process", "--line": "door:0.5,0,0.5,1",
-          "--zone": "hall:0,0,1,0,1,1"}
+          "--zone": "hall:0,0,1,0,1,1", "--track-workers": "2"}
 
 
 def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

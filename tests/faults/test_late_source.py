@@ -53,10 +53,11 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _config(tmp_path: Path, media: dict[str, Path], cam: str, capture: str) -> Path:
+def _config(tmp_path: Path, media: dict[str, Path], cam: str, capture: str, track_workers: int | None = None) -> Path:
     cfg = tmp_path / "p.yaml"
+    workers = "" if track_workers is None else f", workers: {track_workers}"
     cfg.write_text(f"model: {{path: {media['model']}}}\n"
-                   "track: {tracker: bytetrack}\n"
+                   f"track: {{tracker: bytetrack{workers}}}\n"
                    "analytics: {lines: [{name: middle, points: [[0, 0.5], [1, 0.5]]}]}\n"
                    "sources:\n"
                    f"  - {{uri: '{cam}', name: cam, timeout_s: 1.5, capture: {capture}}}\n"
@@ -122,6 +123,32 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
     finally:
         video.release()
     assert f"127.0.0.1:{port}/{media['long'].name}: reconnecting in" in run.stderr and "reconnected" in run.stderr
+
+
+def test_a_camera_up_after_the_start_is_tracked_by_its_worker(
+        tmp_path: Path, media: dict[str, Path], late_server: tuple[int, threading.Event]) -> None:
+    """track.workers: a source that came up late gets its stages in its worker on its first frame."""
+    port, go = late_server
+    cfg = _config(tmp_path, media, f"http://127.0.0.1:{port}/{media['long'].name}", "thread", track_workers=2)
+    run = Cli("run", "--config", str(cfg), "--json")
+    try:
+        run.wait_for("reconnecting it in the background")
+        go.set()
+        deadline = time.monotonic() + 60
+        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        run.signal()
+        code, out = run.finish(60)
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    summary = json.loads(out)
+    cam = {s["name"]: s for s in summary["sources"]}["cam"]
+    assert summary["tracking_workers"] == 2 and cam["frames"] >= 10
+    assert "counts" in cam and cam["tracking"]["tracks"] > 0  # its worker's figures
+    boxes = [d for r in _lines(tmp_path / "cam.jsonl") if "detections" in r for d in r["detections"]]
+    assert boxes and all(d["track_id"] >= 0 for d in boxes)
 
 
 @CAPTURE
