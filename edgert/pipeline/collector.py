@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from edgert.errors import EdgertError
-from edgert.stats import STAGES
 
 if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Feed, _Frame
@@ -38,7 +37,6 @@ __all__ = ["Collector", "collects"]
 
 log = logging.getLogger(__name__)
 
-_CAPTURE = STAGES.index("capture")
 _POLL_MS = 100  # how long a wait lasts before it checks for a stop or an abort (the capture threads' 0.1 s)
 
 
@@ -138,7 +136,6 @@ class Collector:
 
     def _one(self, feed: _Feed, idle: list[_Frame]) -> _Frame | None:
         """The next frame of ``feed`` into one of its idle frames; None when the feed is done (ended, failed, limit)."""
-        from edgert.vision.sources import media_time
 
         index = feed.done_reading
         if self.limit is not None and index >= self.limit:
@@ -162,14 +159,7 @@ class Collector:
             return None
         f = idle.pop()
         f.pixels = pixels  # the ring's slot (or the array that came through the pipe): the frame's until it is back
-        f.started = t0
-        f.timestamp = time.time()
-        f.media_time = media_time(source, index, f.timestamp)
-        f.index = index
-        f.meta = getattr(source, "meta", None)
-        current = getattr(source, "current", None)
-        f.file = None if current is None else str(current)
-        f.timings[_CAPTURE] = time.perf_counter() - t0
+        f.captured(source, index, t0)
         if index == 0:
             from edgert.pipeline.startup import late_stages
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from edgert.vision.sinks import SinkWorker
 
 
+_CAPTURE = STAGES.index("capture")
+
+
 @dataclass(eq=False)
 class _Frame:
     """One frame in flight and the pixel buffer it owns (it always goes back to its own source's free list)."""
@@ -38,6 +42,21 @@ class _Frame:
     file: str | None = None
     meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
+
+    def captured(self, source: PipelineSource, index: int, t0: float) -> None:
+        """Stamp the frame ``source`` has just read into it as its ``index``-th (``t0``: when the read began):
+        its clocks, what the source says of it, its capture time. One place for the capture threads and the
+        collector, so a frame reads the same whichever read it."""
+        from edgert.vision.sources import media_time
+
+        self.started = t0
+        self.timestamp = time.time()
+        self.media_time = media_time(source, index, self.timestamp)
+        self.index = index
+        self.meta = getattr(source, "meta", None)
+        current = getattr(source, "current", None)
+        self.file = None if current is None else str(current)
+        self.timings[_CAPTURE] = time.perf_counter() - t0
 
     def image(self) -> np.ndarray:
         """Its pixels, once the capture stage has read into it (every frame handed to a slot)."""

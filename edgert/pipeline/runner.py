@@ -60,7 +60,7 @@ from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.state import RunState
 from edgert.pipeline.summary import run_summary
 from edgert.redact import redact
-from edgert.stats import STAGES, PipelineStats
+from edgert.stats import PipelineStats
 
 if TYPE_CHECKING:
     from edgert.config import SourceConfig
@@ -75,7 +75,6 @@ __all__ = ["Pipeline"]
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-_CAPTURE = STAGES.index("capture")
 _POLL = 0.1  # seconds a blocked stage waits before it checks for an abort
 _ABORT_GRACE_S = 1.0  # after an abort, how long run() waits for a thread stuck in a source or a driver
 
@@ -395,7 +394,6 @@ class Pipeline:
     # -- stages -------------------------------------------------------------------------------------
     def _capture(self, feed: _Feed) -> None:
         from edgert.errors import EdgertError
-        from edgert.vision.sources import media_time
 
         limit = self.config.runtime.max_frames
         source = feed.source
@@ -432,14 +430,7 @@ class Pipeline:
                 if pixels is not f.pixels:
                     f.pixels = pixels  # the frame keeps this buffer for its next images
                     feed.buffer_allocations += not getattr(source, "lends_buffers", False)
-                f.started = t0
-                f.timestamp = time.time()
-                f.media_time = media_time(source, index, f.timestamp)
-                f.index = index
-                f.meta = getattr(source, "meta", None)
-                current = getattr(source, "current", None)
-                f.file = None if current is None else str(current)
-                f.timings[_CAPTURE] = time.perf_counter() - t0
+                f.captured(source, index, t0)
                 if index == 0:
                     from edgert.pipeline.startup import late_stages
 
