@@ -212,7 +212,7 @@ class TrackingWorkers:
                         for feed_index, summary in msg[1].items():
                             self._remote[feed_index].last = summary
                         break
-            except (EOFError, OSError):
+            except (EOFError, OSError):  # gone before its final summary: the last one it sent stands
                 pass
             proc.join(max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
