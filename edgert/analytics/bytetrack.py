@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from edgert.analytics.assignment import assign_max
+from edgert.analytics.assignment import assign_max, load_solver
 
 __all__ = ["ByteTrack", "box_iou"]
 
@@ -134,6 +134,7 @@ class ByteTrack:
         self.tracks: list[_Track] = []
         self._next_id = 0
         self._last_t: float | None = None
+        load_solver()  # before the first frame, not on it
 
     def reset(self) -> None:
         self.tracks = []

@@ -261,8 +261,10 @@ def _serve(conn: Connection, config: PipelineConfig, names: tuple[str, ...]) -> 
     """A worker: its sources' stages, made on their first frame; frames in, tracked boxes and events out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the run and then this worker
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from edgert.analytics.assignment import load_solver
     from edgert.analytics.stages import make_result_stages, run_stages, stages_summary
 
+    load_solver()  # the stages are made on a source's first frame: the solver's import goes before it, here
     stages: dict[int, list[ResultStage]] = {}
     seen: dict[int, int] = {}
     conn.send(("ready",))

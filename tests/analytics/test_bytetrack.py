@@ -20,6 +20,7 @@ from edgert.analytics.bytetrack import ByteTrack, box_iou
 from edgert.analytics.tracking import Tracker
 from edgert.config import TrackConfig
 from edgert.vision.detections import Detections
+from tests.helpers import ROOT
 
 
 def _brute(sim: np.ndarray) -> float:
@@ -118,3 +119,15 @@ def test_tracker_refuses_unknown_implementation() -> None:
     tracker = Tracker.from_config(TrackConfig(), 10.0)
     empty = Detections(np.empty((0, 4), np.float32), np.empty(0, np.float32), np.empty(0, np.int64))
     assert len(tracker.update(empty, 0)) == 0
+
+
+def test_the_solver_is_imported_when_the_tracker_is_made_not_on_its_first_frame() -> None:
+    # SciPy's import took 0.3-1 s on the tracker's first match, holding the first frames (p99 of one stream).
+    pytest.importorskip("scipy")
+    code = ("import sys\n"
+            "from edgert.analytics.bytetrack import ByteTrack\n"
+            "assert 'scipy.optimize' not in sys.modules, 'imported with the module'\n"
+            "ByteTrack()\n"
+            "assert 'scipy.optimize' in sys.modules, 'not imported when the tracker is made'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
