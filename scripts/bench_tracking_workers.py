@@ -56,11 +56,11 @@ def run(dets: list[Detections], size: tuple[int, int], sources: int, workers: in
     state.feeds = [_Feed(i, str(i), _Clip(fps, size)) for i in range(sources)]  # type: ignore[arg-type]
     for feed in state.feeds:
         feed.stages = make_result_stages(config, fps, size, state.names, feed.name)
-    pool = TrackingWorkers(config, state.names, workers) if workers else None
+    pool = TrackingWorkers(config, state.names, workers, sources) if workers else None
     if pool is not None:
         state.tracking = pool
         for feed in state.feeds:
-            feed.stages = pool.adopt(feed, feed.stages)
+            feed.stages = pool.adopt(feed.index, feed.name, fps, size, feed.stages)
     step = len(dets) // sources  # each source starts at its own place in the video
     frames = [[_Frame(index=b, feed=s, media_time=b / fps, detections=dets[(s * step + b) % len(dets)])
                for s in range(sources)] for b in range(batches)]
@@ -70,7 +70,7 @@ def run(dets: list[Detections], size: tuple[int, int], sources: int, workers: in
         cpu0, t0 = time.thread_time(), time.perf_counter()
         for batch in frames:
             if pool is not None:
-                out = pool.apply(state, batch)
+                out = pool.apply(batch)
             else:
                 out = [run_stages(state.feeds[f.feed].stages, f.detections, f.index, f.media_time)  # type: ignore[arg-type]
                        for f in batch]

@@ -21,9 +21,10 @@ import math
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -35,10 +36,8 @@ if TYPE_CHECKING:
 
     from edgert.analytics.stages import ResultStage
     from edgert.config import PipelineConfig
-    from edgert.pipeline.feeds import _Feed, _Frame
-    from edgert.pipeline.state import RunState
 
-__all__ = ["AUTO_MIN_SOURCES", "RemoteStages", "TrackingWorkers", "start_tracking_workers", "tracking_worker_count"]
+__all__ = ["AUTO_MIN_SOURCES", "RemoteStages", "StagedFrame", "TrackingWorkers", "tracking_worker_count"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,17 @@ def tracking_worker_count(config: PipelineConfig, sources: int, cpus: int | None
     return max(1, min(math.ceil(sources / _SOURCES_PER_WORKER), cpus // 4))
 
 
+
+class StagedFrame(Protocol):
+    """What :meth:`TrackingWorkers.apply` reads of a frame (the pipeline's frames have it): which source, which
+    frame of it, its time on the source's clock, what its slot found. A protocol, so analytics knows nothing of
+    the pipeline above it."""
+
+    feed: int
+    index: int
+    media_time: float
+    detections: Detections | None
+
 class RemoteStages:
     """What a source's ``stages`` are when a worker runs them: the summary the worker last reported (the run's
     figures, the metrics and the drawing read it) and the analytics config the drawing needs; never run here."""
@@ -92,9 +102,12 @@ class RemoteStages:
 class TrackingWorkers:
     """``count`` worker processes, each running the result stages of the sources ``i % count`` gives it."""
 
-    def __init__(self, config: PipelineConfig, names: Sequence[str], count: int) -> None:
+    def __init__(self, config: PipelineConfig, names: Sequence[str], count: int, sources: int) -> None:
+        """``count`` workers for a run of ``sources`` sources (with several, each event names its source)."""
         ctx = multiprocessing.get_context("spawn")  # never fork: the parent holds CUDA contexts and threads
         self.count = count
+        self.names = tuple(names)
+        self.sources = sources
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._specs: dict[int, tuple[str, float | None, tuple[int, int]]] = {}  # feed -> name, fps, size
@@ -115,19 +128,21 @@ class TrackingWorkers:
     def pids(self) -> list[int]:
         return [int(p.pid) for p in self._procs]
 
-    def adopt(self, feed: _Feed, local: Sequence[ResultStage]) -> list[ResultStage]:
-        """Hand ``feed``'s stages (made and checked here, on its frame size) to its worker: its new ``stages``."""
-        size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
-        self._specs[feed.index] = (feed.name, feed.source.fps, size)
-        remote = self._remote[feed.index] = RemoteStages(local)
+    def adopt(self, index: int, name: str, fps: float | None, size: tuple[int, int],
+              local: Sequence[ResultStage]) -> list[ResultStage]:
+        """Hand source ``index``'s stages (made and checked in this process, on its frame ``size``) to its worker:
+        the source's new stages."""
+        self._specs[index] = (name, fps, size)
+        remote = self._remote[index] = RemoteStages(local)
         return [remote]
 
-    def tracks(self, feed: _Feed) -> bool:
-        return feed.index in self._remote
+    def tracks(self, index: int) -> bool:
+        return index in self._remote
 
-    def apply(self, run: RunState, frames: Sequence[_Frame]) -> list[tuple[Detections, list[dict[str, object]]]]:
+    def apply(self, frames: Sequence[StagedFrame], aborting: threading.Event | None = None,
+              ) -> list[tuple[Detections, list[dict[str, object]]]]:
         """Every frame's detections and events after its source's stages, in ``frames``' order: one message to
-        each worker that has some of them, then one reply from each."""
+        each worker that has some of them, then one reply from each; ``aborting`` ends a wait for a reply."""
         groups: dict[int, list[int]] = {}
         for i, f in enumerate(frames):
             groups.setdefault(f.feed % self.count, []).append(i)
@@ -149,29 +164,29 @@ class TrackingWorkers:
                 self._procs[k].join(1.0)
                 raise EdgertError(self._died(k)) from None
         out: list[Any] = [None] * len(frames)
-        names = run.names
+        names = self.names
         for k, idx in groups.items():
-            msg = self._reply(k, None, run)
+            msg = self._reply(k, None, aborting)
             _, counts, xyxy, conf, cls, tid, events, summaries = msg
             ends = np.cumsum(counts)
             starts = ends - np.asarray(counts, np.int64)
             for j, i in enumerate(idx):
                 a, b = int(starts[j]), int(ends[j])
                 tracked = Detections(xyxy[a:b], conf[a:b], cls[a:b], names, tid[a:b])
-                if len(run.feeds) > 1:
+                if self.sources > 1:
                     for event in events[j]:
-                        event["source"] = run.feeds[frames[i].feed].name
+                        event["source"] = self._specs[frames[i].feed][0]
                 out[i] = (tracked, events[j])
             for feed_index, summary in summaries.items():
                 self._remote[feed_index].last = summary
         return out
 
-    def _reply(self, k: int, timeout: float | None, run: RunState | None) -> tuple[Any, ...]:
+    def _reply(self, k: int, timeout: float | None, aborting: threading.Event | None) -> tuple[Any, ...]:
         conn, proc = self._conns[k], self._procs[k]
         waited = 0.0
         while not conn.poll(_POLL_S):
             waited += _POLL_S
-            if run is not None and run.aborting.is_set():
+            if aborting is not None and aborting.is_set():
                 raise Aborted()
             if not proc.is_alive() and not conn.poll(0):
                 raise EdgertError(self._died(k))
@@ -223,20 +238,6 @@ class TrackingWorkers:
                     proc.kill()
                     proc.join(1.0)
             conn.close()
-
-
-def start_tracking_workers(run: RunState) -> TrackingWorkers | None:
-    """The run's tracking workers (``track.workers`` or the default), each opened source's stages handed to
-    one; None when tracking stays on the results thread."""
-    staged = [feed for feed in run.feeds if feed.stages]
-    count = tracking_worker_count(run.config, len(run.feeds))
-    if count == 0 or not staged:
-        return None
-    workers = TrackingWorkers(run.config, run.names, count)
-    for feed in staged:
-        feed.stages = workers.adopt(feed, feed.stages)
-    log.info("tracking in %d worker process(es) for %d sources", count, len(run.feeds))
-    return workers
 
 
 def _pack(dets: Sequence[Detections]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:

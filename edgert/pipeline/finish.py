@@ -51,8 +51,8 @@ def apply_stages(run: RunState, feed: _Feed, f: _Frame) -> tuple[Detections, lis
     detections = f.detections
     if detections is None:  # the slot hands every frame back with its detections
         raise RuntimeError(f"frame {f.index} of source {feed.name} came back from its slot without detections")
-    if run.tracking is not None and run.tracking.tracks(feed):  # track.workers: its frames go to its worker
-        return run.tracking.apply(run, [f])[0]
+    if run.tracking is not None and run.tracking.tracks(feed.index):  # track.workers: its frames go to its worker
+        return run.tracking.apply([f], run.aborting)[0]
     events: list[dict[str, object]] = list(getattr(detections, "events", ()))  # speech: wake words, transcripts
     if feed.stages:
         from edgert.analytics.stages import run_stages

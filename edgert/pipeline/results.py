@@ -45,7 +45,7 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     feeds = run.feeds
     done: list[tuple[_Frame, _Feed, Detections, list[dict[str, object]], float]] = []
     t0 = time.perf_counter()
-    staged = run.tracking.apply(run, frames) if run.tracking is not None else None  # track.workers: one trip
+    staged = run.tracking.apply(frames, run.aborting) if run.tracking is not None else None  # track.workers: one trip
     share = (time.perf_counter() - t0) / len(frames) if staged is not None and frames else 0.0
     for i, f in enumerate(frames):
         feed = feeds[f.feed]

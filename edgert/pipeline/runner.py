@@ -212,12 +212,11 @@ class Pipeline:
         self.abort(self._stop_reason or "stop deadline")
 
     def _run(self, started: float) -> JSONDict:
-        from edgert.analytics.workers import start_tracking_workers
         from edgert.pipeline.choice import open_processor
         from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
-        from edgert.pipeline.startup import close_order, enter_sources, make_stages
+        from edgert.pipeline.startup import close_order, enter_sources, make_stages, start_tracking
         from edgert.speech.stages import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
@@ -245,7 +244,7 @@ class Pipeline:
                             start()
                     enter_sources(self.state.feeds, stack, self._stop.is_set)
                     make_stages(self.state)  # bad lines and zones are refused before any sink truncates its file
-                    self.state.tracking = start_tracking_workers(self.state)  # track.workers: off this interpreter
+                    self.state.tracking = start_tracking(self.state)  # track.workers: off this interpreter
                     if self.state.tracking is not None:
                         stack.callback(self.state.tracking.close)
                     # the frames too, before any output is truncated

@@ -21,6 +21,7 @@ from edgert.errors import EdgertError, SourceError
 from edgert.redact import redact
 
 if TYPE_CHECKING:
+    from edgert.analytics.workers import TrackingWorkers
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.state import RunState
     from edgert.vision.sinks import SinkWorker
@@ -80,6 +81,23 @@ def make_stages(run: RunState) -> None:
             feed.stages = make_result_stages(run.config, feed.source.fps, size, run.names, feed.name)
 
 
+def start_tracking(run: RunState) -> TrackingWorkers | None:
+    """The run's tracking workers (``track.workers`` or the default), each opened source's stages handed to
+    one; None when tracking stays on the results thread."""
+    from edgert.analytics.workers import TrackingWorkers, tracking_worker_count
+
+    staged = [feed for feed in run.feeds if feed.stages]
+    count = tracking_worker_count(run.config, len(run.feeds))
+    if count == 0 or not staged:
+        return None
+    workers = TrackingWorkers(run.config, run.names, count, len(run.feeds))
+    for feed in staged:
+        size = (int(getattr(feed.source, "width", 0) or 0), int(getattr(feed.source, "height", 0) or 0))
+        feed.stages = workers.adopt(feed.index, feed.name, feed.source.fps, size, feed.stages)
+    log.info("tracking in %d worker process(es) for %d sources", count, len(run.feeds))
+    return workers
+
+
 def late_stages(run: RunState, feed: _Feed) -> bool:
     """Give ``feed``, a source that came up after the start, its tracking and analytics stages, its lines and
     zones resolved on its own frame size; False (the feed ends with the error) when they do not fit it."""
@@ -91,7 +109,7 @@ def late_stages(run: RunState, feed: _Feed) -> bool:
     try:
         feed.stages = make_result_stages(run.config, feed.source.fps, size, run.names, feed.name)
         if run.tracking is not None:  # track.workers: its worker makes them again on its first frame
-            feed.stages = run.tracking.adopt(feed, feed.stages)
+            feed.stages = run.tracking.adopt(feed.index, feed.name, feed.source.fps, size, feed.stages)
     except EdgertError as exc:
         feed.error, feed.end_reason = redact(exc), "error"
         log.error("source %s dropped out: %s; the other sources go on", feed.name, feed.error)
