@@ -16,6 +16,7 @@ killed outright leaves none behind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -215,20 +216,17 @@ class TrackingWorkers:
         self._closed = True
         deadline = time.monotonic() + _CLOSE_TIMEOUT_S
         for conn in self._conns:
-            try:
+            with contextlib.suppress(OSError, ValueError):  # that worker is gone already
                 conn.send(("end",))
-            except (OSError, ValueError):
-                pass  # that worker is gone already
         for k, (conn, proc) in enumerate(zip(self._conns, self._procs)):
-            try:
+            # A worker gone before its final summary: the last one it sent stands.
+            with contextlib.suppress(EOFError, OSError):
                 while conn.poll(max(0.0, deadline - time.monotonic())):
                     msg = conn.recv()
                     if msg[0] == "summary":
                         for feed_index, summary in msg[1].items():
                             self._remote[feed_index].last = summary
                         break
-            except (EOFError, OSError):  # gone before its final summary: the last one it sent stands
-                pass
             proc.join(max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
                 log.warning("tracking worker %d did not stop in %.0f s: terminating it", k, _CLOSE_TIMEOUT_S)

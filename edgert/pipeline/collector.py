@@ -18,6 +18,7 @@ paced by a power budget (``admit`` blocks per frame).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -63,19 +64,16 @@ class Collector:
             feed.wake = self.wake
 
     def wake(self) -> None:
-        try:
+        # A full pipe has a wake pending already, and a closed one (the end) wants none: nothing to add either way.
+        with contextlib.suppress(OSError):
             os.write(self._w, b"\0")
-        except OSError:  # a wake already pending (the pipe is full), or closed at the end: nothing to add
-            pass
 
     def close(self) -> None:
         for feed in self.feeds:
             feed.wake = None
         for fd in (self._r, self._w):
-            try:
+            with contextlib.suppress(OSError):  # closed already: close is safe to call twice
                 os.close(fd)
-            except OSError:
-                pass
 
     def run(self) -> None:
         stop, abort = self.state.stopping, self.state.aborting
@@ -182,8 +180,7 @@ class Collector:
             self.cv.notify_all()
 
     def _drain(self) -> None:
-        try:
+        """Empty the wake pipe: the wakes since the last poll are one wake."""
+        with contextlib.suppress(OSError):  # BlockingIOError: empty (it is non-blocking), drained
             while os.read(self._r, 4096):
-                pass
-        except OSError:  # empty (non-blocking): drained
-            pass
+                continue
