@@ -53,6 +53,15 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+def _wait_for_lines(run: Cli, path: Path, count: int, timeout: float = 60) -> None:
+    """Until ``path`` holds ``count`` records (or ``timeout`` passes: the assertions after it say what was missing),
+    the run alive all along."""
+    deadline = time.monotonic() + timeout
+    while len(_lines(path)) < count and time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.stderr
+        time.sleep(0.1)
+
+
 def _config(tmp_path: Path, media: dict[str, Path], cam: str, capture: str, track_workers: int | None = None) -> Path:
     cfg = tmp_path / "p.yaml"
     workers = "" if track_workers is None else f", workers: {track_workers}"
@@ -96,10 +105,7 @@ def test_a_camera_up_after_the_start_is_reconnected_and_its_frames_flow(
             # both sources are read by worker processes, the camera's still there while it is down
             assert _workers_of(run.proc.pid) == 2
         go.set()  # the camera comes up
-        deadline = time.monotonic() + 60
-        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
-            assert run.proc.poll() is None, run.stderr
-            time.sleep(0.1)
+        _wait_for_lines(run, tmp_path / "cam.jsonl", 10)
         _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 0.0, run)
         assert (_metric(metrics, 'edgert_source_reconnects_total{source="cam"}') or 0) >= 1
         run.signal()
@@ -134,10 +140,7 @@ def test_a_camera_up_after_the_start_is_tracked_by_its_worker(
     try:
         run.wait_for("reconnecting it in the background")
         go.set()
-        deadline = time.monotonic() + 60
-        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
-            assert run.proc.poll() is None, run.stderr
-            time.sleep(0.1)
+        _wait_for_lines(run, tmp_path / "cam.jsonl", 10)
         run.signal()
         code, out = run.finish(60)
     finally:
@@ -229,18 +232,12 @@ def test_a_camera_lost_mid_run_is_reported_as_reconnecting_while_it_is_down(
     metrics = f"127.0.0.1:{free_port()}"
     run = Cli("run", "--config", str(cfg), "--json", "--metrics", metrics)
     try:
-        deadline = time.monotonic() + 60
-        while len(_lines(tmp_path / "cam.jsonl")) < 10 and time.monotonic() < deadline:
-            assert run.proc.poll() is None, run.stderr
-            time.sleep(0.1)
+        _wait_for_lines(run, tmp_path / "cam.jsonl", 10)
         camera.down()  # the video being read ends, and every reconnect is refused
         _wait_metric(metrics, 'edgert_source_reconnecting{source="cam"}', 1.0, run)
         frames_while_down = len(_lines(tmp_path / "cam.jsonl"))
         camera.up()
-        deadline = time.monotonic() + 60
-        while len(_lines(tmp_path / "cam.jsonl")) < frames_while_down + 10 and time.monotonic() < deadline:
-            assert run.proc.poll() is None, run.stderr
-            time.sleep(0.1)
+        _wait_for_lines(run, tmp_path / "cam.jsonl", frames_while_down + 10)
         run.signal()
         code, out = run.finish(60)
     finally:
