@@ -74,6 +74,20 @@ def test_routes_serve_page_stats_snapshot_and_stream() -> None:
         sink.close()
 
 
+def test_stats_show_a_source_not_up_yet_as_unknown_size_until_its_first_frame() -> None:
+    """A camera down at start opens the sinks with 0 x 0: /stats.json says null, then the first frame's size."""
+    sink = WebPreviewSink("http://127.0.0.1:0", port=0)
+    sink.open(StreamInfo(0, 0, None, ("person",), "late camera", PipelineStats(), ("cam",)))
+    try:
+        payload = json.loads(_get(sink.url + "stats.json")[1])
+        assert payload["source"] == {"width": None, "height": None, "fps": None}
+        sink.write(FrameResult(0, 0.0, Detections.empty(("person",)), np.zeros((48, 80, 3), np.uint8), source="cam"))
+        payload = json.loads(_get(sink.url + "stats.json")[1])
+        assert (payload["source"]["width"], payload["source"]["height"]) == (80, 48)
+    finally:
+        sink.close()
+
+
 def test_port_in_use_is_a_one_line_error() -> None:
     first = WebPreviewSink("http://127.0.0.1:0", port=0)
     first.open(StreamInfo(8, 8))

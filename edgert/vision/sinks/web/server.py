@@ -322,10 +322,15 @@ class WebPreviewSink(Sink):
             viewers = sum(ch.clients for ch in self._channels.values())
             last = sum(ch.last_detections for ch in self._channels.values())
             count = len(self._channels)
+            first = next(iter(self._channels.values()), None)
+            seen = first.size if first is not None else None
         payload: dict[str, Any] = {"title": self.title, "running": self.running, "viewers": viewers,
                                    "last_detections": last, "source_count": count}
         if self._info is not None:
-            payload["source"] = {"width": self._info.width, "height": self._info.height, "fps": self._info.fps}
+            # The size of the frames seen beats the one known at open: a camera that was not up at start is
+            # opened with 0 x 0, which the page would show as a size; unknown is null until its first frame.
+            width, height = seen if seen is not None else (self._info.width, self._info.height)
+            payload["source"] = {"width": width or None, "height": height or None, "fps": self._info.fps}
         if self._stats is not None:
             payload.update(self._stats.snapshot())
         return payload
