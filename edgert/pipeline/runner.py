@@ -216,7 +216,7 @@ class Pipeline:
         from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
-        from edgert.pipeline.startup import close_order, enter_sources, make_stages, start_tracking
+        from edgert.pipeline.startup import ask_sources_to_stop, close_order, enter_sources, make_stages, start_tracking
         from edgert.speech.stages import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
@@ -243,6 +243,7 @@ class Pipeline:
                             stack.callback(feed.source.close)
                             start()
                     enter_sources(self.state.feeds, stack, self._stop.is_set)
+                    stack.callback(ask_sources_to_stop, self.state.feeds)  # runs before the closes above
                     make_stages(self.state)  # bad lines and zones are refused before any sink truncates its file
                     self.state.tracking = start_tracking(self.state)  # track.workers: off this interpreter
                     if self.state.tracking is not None:

@@ -69,6 +69,15 @@ def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | Non
                   "other(s)", feed.name, feed.start_error, len(feeds) - len(failed))
 
 
+def ask_sources_to_stop(feeds: Sequence[_Feed]) -> None:
+    """Tell every capture worker to stop before the first source is closed: the closes then join workers that
+    are already on their way out, so N workers stuck in a camera's connect cost one grace period, not N."""
+    for feed in feeds:
+        ask = getattr(feed.source, "ask_to_stop", None)  # capture workers; in-process sources have none
+        if ask is not None:
+            ask()
+
+
 def make_stages(run: RunState) -> None:
     """Each opened source's tracking and analytics stages, its lines and zones checked on its own frame size."""
     if run.config.track is not None or run.config.analytics.enabled:

@@ -9,6 +9,7 @@ starts listening only when the test says so; the other source is a looping file.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -246,3 +247,57 @@ def test_a_camera_lost_mid_run_is_reported_as_reconnecting_while_it_is_down(
     cam = {s["name"]: s for s in json.loads(out)["sources"]}["cam"]
     assert cam["capture"] == capture and cam["reconnects"] >= 1 and "start_error" not in cam
     assert cam["frames"] >= frames_while_down + 10
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers: cameras stuck in their connect."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed at the test's end
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield int(listener.getsockname()[1])
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_many_cameras_stuck_in_connect_stop_within_one_grace_period(
+        tmp_path: Path, media: dict[str, Path], silent_server: int) -> None:
+    """Six capture workers whose cameras never answer: told to stop together at SIGTERM, they cost one grace
+    period (2 s, then a kill) in all, where closing them one by one cost 2 s each and passed the stop deadline."""
+    cams = 6
+    cfg = tmp_path / "p.yaml"
+    lines = [f"  - {{uri: 'http://127.0.0.1:{silent_server}/cam{i}.avi', name: cam{i}, timeout_s: 8, "
+             "capture: process}" for i in range(cams)]
+    cfg.write_text(f"model: {{path: {media['model']}}}\n"
+                   "sources:\n" + "\n".join(lines) + "\n"
+                   f"  - {{uri: '{media['long']}', name: door, loop: true, capture: process}}\n"
+                   f"sinks: ['jsonl://{tmp_path}/{{source}}.jsonl']\n", encoding="utf-8")
+    run = Cli("run", "--config", str(cfg), "--json")
+    try:
+        deadline = time.monotonic() + 90
+        while run.stderr.count("reconnecting it in the background") < cams and time.monotonic() < deadline:
+            assert run.proc.poll() is None, run.stderr
+            time.sleep(0.1)
+        _wait_for_lines(run, tmp_path / "door.jsonl", 5)
+        time.sleep(1.0)  # each worker is in its next connect attempt now, which will not return for 8 s
+        asked = time.monotonic()
+        run.signal()
+        code, out = run.finish(60)
+        took = time.monotonic() - asked
+    finally:
+        run.kill()
+    assert code == 0, run.stderr
+    assert took < 6.0, f"stopping took {took:.1f} s: {run.stderr[-2000:]}"
+    per = {s["name"]: s for s in json.loads(out)["sources"]}
+    assert per["door"]["frames"] >= 5 and all(per[f"cam{i}"]["frames"] == 0 for i in range(cams))

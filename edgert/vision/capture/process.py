@@ -19,6 +19,7 @@ frames the pipeline asked for at :meth:`attach` are kept until then).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import select
@@ -44,6 +45,8 @@ READ_AHEAD = 3
 DEFAULT_FRAMES = 4
 _OPEN_TIMEOUT_S = 60.0  # spawning + importing OpenCV + opening the source (an RTSP connect can take 10 s)
 _POLL_S = 0.1
+#: How long a worker told to stop has to exit before it is killed (stuck in a camera's connect, a driver call).
+CLOSE_GRACE_S = 2.0
 
 
 def _how_it_ended(exitcode: int | None) -> str:
@@ -84,6 +87,7 @@ class ProcessCaptureSource(FrameSource):
         self._down: str | None = None  # a live source down at start whose worker waits to be told to go on
         self._late: tuple[int, Any] | None = None  # (frames, register) for the ring of a source not up yet
         self._held: tuple[Any, ...] | None = None  # a message read past the newest frame, for the next read
+        self._close_by: float | None = None  # when a worker told to stop is killed (monotonic seconds)
 
     # -- lifetime ---------------------------------------------------------------------------------------
     @property
@@ -178,23 +182,28 @@ class ProcessCaptureSource(FrameSource):
     def stop(self) -> None:
         self._stopping.set()
 
-    def close(self) -> None:
+    def ask_to_stop(self) -> None:
+        """Tell the worker to stop now, its grace period counted from now. The pipeline asks every worker before
+        it closes the first, so closing N workers stuck in a camera's connect costs one grace period, not N."""
         self._stopping.set()
-        proc, conn = self._proc, self._conn
-        if conn is not None:
-            try:
+        if self._close_by is None and self._proc is not None:
+            self._close_by = time.monotonic() + CLOSE_GRACE_S
+            with contextlib.suppress(OSError):  # the worker is gone already: nothing to tell
                 self._send(("stop",))
-            except OSError:  # the worker is gone already
-                pass
+
+    def close(self) -> None:
+        self.ask_to_stop()
+        proc, conn = self._proc, self._conn
         if proc is not None:
-            proc.join(timeout=2.0)
+            close_by = time.monotonic() + CLOSE_GRACE_S if self._close_by is None else self._close_by
+            proc.join(timeout=max(0.0, close_by - time.monotonic()))
             if proc.is_alive():  # stuck in a driver call: it cannot finish anything we still want
                 proc.kill()
                 proc.join(timeout=2.0)
         if conn is not None:
             conn.close()
         self._proc = self._conn = None
-        self._poller = None
+        self._poller = self._close_by = None
         self._down = self._late = self._held = None
         if self._ring is not None:
             self._ring.close()
