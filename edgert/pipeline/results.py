@@ -20,7 +20,7 @@ statistics, the same observers' calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,41 +40,72 @@ _SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
 
 def finish_batch(run: RunState, b: _Batch) -> None:
     """Every frame of ``b``, in order: result stages and sinks, then the batch's statistics, then each frame's
-    count, its source's figures, its buffer back and the observers."""
+    count, its source's figures and the observers; the frames back to their sources (the collector's in one
+    hand-over)."""
     frames = b.frames
     feeds = run.feeds
+    tracking = run.tracking
     done: list[tuple[_Frame, _Feed, Detections, list[dict[str, object]], float]] = []
     t0 = time.perf_counter()
-    staged = run.tracking.apply(frames, run.aborting) if run.tracking is not None else None  # track.workers: one trip
+    staged = tracking.apply(frames, run.aborting) if tracking is not None else None  # track.workers: one trip
     share = (time.perf_counter() - t0) / len(frames) if staged is not None and frames else 0.0
+    t1 = time.perf_counter() - share  # the sinks' stage includes the stages, as in-process
     for i, f in enumerate(frames):
         feed = feeds[f.feed]
-        t1 = time.perf_counter() - share  # the sinks' stage includes the stages, as in-process
-        detections, events = apply_stages(run, feed, f) if staged is None else staged[i]
-        emit(run, feed, f, detections, events)
+        if staged is not None:
+            detections, events = staged[i]
+        elif feed.stages:
+            detections, events = apply_stages(run, feed, f)
+        else:  # no stages (the usual many-stream run): apply_stages's steps without its calls
+            found = f.detections
+            if found is None:
+                detections, events = apply_stages(run, feed, f)  # says what went wrong
+            else:
+                own = getattr(found, "events", None)  # a speech result's
+                detections, events = found, (_tagged(run, feed, own) if own else [])
+        if run.shared or feed.workers:
+            emit(run, feed, f, detections, events)
         now = time.perf_counter()
-        f.timings[_SINKS] = now - t1
-        f.timings[_TOTAL] = now - f.started
+        timings = f.timings
+        timings[_SINKS] = now - t1
+        timings[_TOTAL] = now - f.started
         done.append((f, feed, detections, events, now))
+        t1 = now - share  # the next frame's stages start here
     stats = run.stats
     before = stats.frames
     stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _ in done])
     _count_classes(run.class_counts, [d for _, _, d, _, _ in done])
+    give_back: Callable[[Sequence[_Frame]], None] | None = None
+    back: list[_Frame] = []
+    notify = run.notify
     for f, feed, detections, events, now in done:
         count = len(detections)
         stats.count_frame(count, feed.name, events, now)
         record_source(run, feed, f, count, now)  # drop counters: once per batch, below
         f.detections = None
-        feed.free.put(f)
+        if feed.give_back is None:
+            feed.free.put(f)
+        else:  # one collector reads every collected source
+            give_back = feed.give_back
+            back.append(f)
         if not run.started:
             run.started = True
-            run.notify("on_start", dict(run.info))
-        run.notify("on_frame", stats)
-    for wake in {feed.wake for _, feed, _, _, _ in done if feed.wake is not None}:
-        wake()  # the collector reads these sources' next frames into the ones just given back
+            notify("on_start", dict(run.info))
+        notify("on_frame", stats)
+    if give_back is not None:
+        give_back(back)  # the collector reads these sources' next frames into them: one hand-over per batch
     every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each
     if before // every != stats.frames // every or before == 0:
         update_drops(run)
+
+
+def _tagged(run: RunState, feed: _Feed, own: Sequence[dict[str, object]]) -> list[dict[str, object]]:
+    """A frame's own events, tagged with its source in a run of several, as :func:`apply_stages` has them."""
+    events = list(own)
+    if len(run.feeds) > 1:
+        for event in events:
+            event["source"] = feed.name
+    return events
 
 
 def _count_classes(counts: dict[int, int], detections: Sequence[Detections]) -> None:
