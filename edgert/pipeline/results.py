@@ -45,7 +45,7 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     frames = b.frames
     feeds = run.feeds
     tracking = run.tracking
-    done: list[tuple[_Frame, _Feed, Detections, list[dict[str, object]], float]] = []
+    done: list[tuple[_Frame, _Feed, Detections, int, list[dict[str, object]], float]] = []
     t0 = time.perf_counter()
     staged = tracking.apply(frames, run.aborting) if tracking is not None else None  # track.workers: one trip
     share = (time.perf_counter() - t0) / len(frames) if staged is not None and frames else 0.0
@@ -69,17 +69,16 @@ def finish_batch(run: RunState, b: _Batch) -> None:
         timings = f.timings
         timings[_SINKS] = now - t1
         timings[_TOTAL] = now - f.started
-        done.append((f, feed, detections, events, now))
+        done.append((f, feed, detections, len(detections), events, now))
         t1 = now - share  # the next frame's stages start here
     stats = run.stats
     before = stats.frames
-    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _ in done])
-    _count_classes(run.class_counts, [d for _, _, d, _, _ in done])
+    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _, _ in done])
+    _count_classes(run.class_counts, [d.class_id for _, _, d, count, _, _ in done if count])
     give_back: Callable[[Sequence[_Frame]], None] | None = None
     back: list[_Frame] = []
     notify = run.notify
-    for f, feed, detections, events, now in done:
-        count = len(detections)
+    for f, feed, _, count, events, now in done:
         stats.count_frame(count, feed.name, events, now)
         record_source(run, feed, f, count, now)  # drop counters: once per batch, below
         f.detections = None
@@ -108,8 +107,8 @@ def _tagged(run: RunState, feed: _Feed, own: Sequence[dict[str, object]]) -> lis
     return events
 
 
-def _count_classes(counts: dict[int, int], detections: Sequence[Detections]) -> None:
-    ids = [d.class_id for d in detections if len(d)]
+def _count_classes(counts: dict[int, int], ids: Sequence[np.ndarray]) -> None:
+    """Detections per class of a batch (``ids``: the class ids of each frame that found any) in one bincount."""
     if not ids:
         return
     values = np.concatenate(ids).astype(np.int64)
