@@ -194,7 +194,8 @@ class Collector:
             if index >= self.limit:
                 feed.end_reason = "max_frames"
                 return False
-            most = min(most, self.limit - index)
+            if most > self.limit - index:
+                most = self.limit - index
         source = feed.source
         t0 = time.perf_counter()
         taken, outcome = source.take(most)  # type: ignore[attr-defined]

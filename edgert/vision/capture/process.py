@@ -29,7 +29,7 @@ import signal
 import struct
 import threading
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -51,6 +51,7 @@ _POLL_S = 0.1
 _PULL_BYTES = 1 << 20  # one read of the pipe: every slot message of a wake, or a good part of a frame sent whole
 _LENGTH, _LONG_LENGTH = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's message headers
 _GONE = ("gone",)  # the inbox's mark: the worker's end of the pipe closed here
+_NONE_YET: tuple[tuple[()], None] = ((), None)  # take(): nothing read yet
 
 
 def _how_it_ended(exitcode: int | None) -> str:
@@ -363,15 +364,15 @@ class ProcessCaptureSource(FrameSource):
                 pos = start + n
         del buf[:pos]
 
-    def take(self, most: int) -> tuple[list[tuple[np.ndarray, int, str | None]], str | SourceError | None]:
+    def take(self, most: int) -> tuple[Sequence[tuple[np.ndarray, int, str | None]], str | SourceError | None]:
         """Up to ``most`` of the frames :meth:`pull` read, in order, each as (its pixels: a view of its ring slot;
         the slot, -1 for a frame that came through the pipe; its file), and what comes after them once no frame
         is left before it: None (more may come), "end" (the source ended; ``end_reason`` says why) or the
         :class:`SourceError` of a worker that failed or is gone (returned, not raised: the caller decides)."""
         inbox, ring = self._inbox, self._ring
+        if not inbox or ring is None:
+            return _NONE_YET
         frames: list[tuple[np.ndarray, int, str | None]] = []
-        if ring is None:
-            return frames, None
         while inbox and most:
             msg = inbox[0]
             kind = msg[0]
