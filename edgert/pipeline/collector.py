@@ -5,9 +5,11 @@ worker's message) and cost about 90 Python calls and five system calls in the pi
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
 NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
-for about 2 ms of work. The collector does a source's frame in one receive and a few attribute stores, polls
-every worker's pipe in one call, gives each worker its slots back in one message per wake, and tells the
-batcher once per wake.
+for about 2 ms of work. The collector polls every worker's pipe in one call, reads each ready pipe once (all
+the messages there), gets the frames the results thread finished in one hand-over per batch
+(:meth:`Collector.give_back`), gives each worker its slots back in one message per wake, and tells the batcher
+once per wake; per frame only its message's unpickling and a few attribute stores remain (about 32 Python calls
+a frame in all, 88 before: ``scripts/profile_host.py``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first
@@ -254,7 +256,7 @@ class Collector:
             self.cv.notify_all()
 
     def _drain(self) -> None:
-        """Empty the wake pipe: the wakes since the last poll are one wake."""
-        with contextlib.suppress(OSError):  # BlockingIOError: empty (it is non-blocking), drained
-            while os.read(self._r, 4096):
-                continue
+        """Empty the wake pipe: the wakes since the last poll are one wake. One read: a byte per batch since the
+        last poll is far below 64 KiB (were there more, the pipe stays readable and the next poll reads on)."""
+        with contextlib.suppress(OSError):  # BlockingIOError: empty after all (it is non-blocking)
+            os.read(self._r, 65536)
