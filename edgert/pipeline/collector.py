@@ -119,9 +119,10 @@ class Collector:
                 self._sort_back(active, idle, touched)
                 got: list[_Frame] = []
                 ended: list[_Feed] = []
+                t0, now = time.perf_counter(), time.time()  # the wake's: its frames were all there by then
                 for index in touched:
                     reading = active.get(index)
-                    if reading is not None and not self._match(reading, idle[index], got):
+                    if reading is not None and not self._match(reading, idle[index], got, t0, now):
                         ended.append(reading)
                 touched.clear()
                 for feed in ended:
@@ -152,10 +153,8 @@ class Collector:
                         self._drain()
                         continue
                     feed = by_fd[fd]
-                    source = feed.source
-                    source.pull()  # type: ignore[attr-defined]
                     touched.add(feed.index)
-                    if not source.wants_pull:  # type: ignore[attr-defined]
+                    if not feed.source.pull():  # type: ignore[attr-defined]
                         paused[feed.index] = fd
                         poller.unregister(fd)
         finally:
@@ -174,22 +173,27 @@ class Collector:
             back, self._back = self._back, []
         if not back:
             return
-        by_feed: dict[int, list[_Frame]] = {}
         for f in back:
-            by_feed.setdefault(f.feed, []).append(f)
-        for index, frames in by_feed.items():
+            idle[f.feed].append(f)
+        for index in {f.feed for f in back}:
+            frames = idle[index]
             feed = active.get(index)
             if feed is None:  # ended: its frames wait on its free list, as a capture thread's do
                 for f in frames:
                     self.state.feeds[index].free.put(f)
+                frames.clear()
                 continue
-            idle[index] += frames
             touched.add(index)
-            feed.source.give_back([f.lent for f in frames if f.lent >= 0])  # type: ignore[attr-defined]
+            slots = [f.lent for f in frames if f.lent >= 0]
+            if slots:
+                for f in frames:
+                    f.lent = -1  # the worker's again (the frame's pixels still view it until its next image)
+                feed.source.give_back(slots)  # type: ignore[attr-defined]
 
-    def _match(self, feed: _Feed, idle: list[_Frame], got: list[_Frame]) -> bool:
+    def _match(self, feed: _Feed, idle: list[_Frame], got: list[_Frame], t0: float, now: float) -> bool:
         """``feed``'s frames that arrived, into its idle frames, onto ``got``; False when the feed is done (ended,
-        failed, its limit)."""
+        failed, its limit). ``t0`` / ``now``: the wake's clocks (``perf_counter``, ``time``), its frames' start
+        and timestamp."""
         index = feed.done_reading
         most = len(idle)
         if self.limit is not None:
@@ -199,10 +203,8 @@ class Collector:
             if most > self.limit - index:
                 most = self.limit - index
         source = feed.source
-        t0 = time.perf_counter()
         taken, outcome = source.take(most)  # type: ignore[attr-defined]
         if taken:
-            now = time.time()
             capture = time.perf_counter() - t0
             rate = self._rates[feed.index]
             for pixels, slot, current in taken:

@@ -41,7 +41,7 @@ class _Frame:
     started: float = 0.0
     file: str | None = None
     meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
-    lent: int = -1  # the capture worker's ring slot its pixels lie in (the collector's; -1: none)
+    lent: int = -1  # the capture worker's ring slot it holds, until given back (the collector's; -1: none)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
     def captured(self, source: PipelineSource, index: int, t0: float) -> None:

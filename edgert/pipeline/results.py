@@ -75,7 +75,7 @@ def finish_batch(run: RunState, b: _Batch) -> None:
         t1 = now - share  # the next frame's stages start here
     stats = run.stats
     before = stats.frames
-    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _, _ in done])
+    stats.record_latencies(np.array([f.timings for f in frames]), [feed.name for _, feed, _, _, _, _ in done])
     _count_classes(run.class_counts, [d.class_id for _, _, d, count, _, _ in done if count])
     give_back: Callable[[Sequence[_Frame]], None] | None = None
     back: list[_Frame] = []

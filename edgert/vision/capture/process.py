@@ -326,26 +326,26 @@ class ProcessCaptureSource(FrameSource):
         ring = self._ring
         return not self._pipe_closed and (ring is None or len(self._inbox) < ring.slots)
 
-    def pull(self) -> None:
+    def pull(self) -> bool:
         """Read what the worker's pipe holds (once :meth:`fileno` is readable) into whole messages for :meth:`take`.
 
         One system call for every message that came since the last wake, where ``Connection.recv`` makes two per
         message and a dozen Python calls (scripts/profile_host.py). The bytes are the framing the worker's
         ``Connection.send`` writes (:mod:`multiprocessing.connection`: a 4-byte big-endian signed length, or -1
         and an 8-byte one past 2 GiB, then the pickle); a message read in part waits here for its rest. The end
-        of the pipe (the worker gone) is a message too, after the ones before it."""
+        of the pipe (the worker gone) is a message too, after the ones before it. Returns :attr:`wants_pull`."""
         if self._fd < 0 or self._pipe_closed:
-            return
+            return False
         try:
             data = os.read(self._fd, _PULL_BYTES)
         except BlockingIOError:  # pragma: no cover - poll said readable; nothing after all
-            return
+            return True
         except OSError:
             data = b""
         if not data:
             self._pipe_closed = True
             self._inbox.append(_GONE)
-            return
+            return False
         buf = self._partial
         buf += data
         pos, end = 0, len(buf)
@@ -363,6 +363,7 @@ class ProcessCaptureSource(FrameSource):
                 self._inbox.append(pickle.loads(view[start:start + n]))
                 pos = start + n
         del buf[:pos]
+        return len(self._inbox) < self._ring.slots if self._ring is not None else True
 
     def take(self, most: int) -> tuple[Sequence[tuple[np.ndarray, int, str | None]], str | SourceError | None]:
         """Up to ``most`` of the frames :meth:`pull` read, in order, each as (its pixels: a view of its ring slot;
