@@ -92,8 +92,9 @@ class CalibrationOptions:
     #: "method": every range from ``method``; "output": each quantized tensor's range picked among histogram
     #: candidates by its consumers' output error (calib.range_search). Measured, not kept (calibration/README.md)
     ranges_by: str = "method"
-    #: activation equalisation (calib.equalize): "none", or "activations" (each channel between two convs
-    #: rescaled, exact in float, so per-tensor INT8 ranges are flatter); ``equalize_alpha`` SmoothQuant's alpha
+    #: equalisation (calib.equalize): "none", "activations" (each channel between two convs rescaled, exact in
+    #: float, by its range on the calibration images, so per-tensor INT8 ranges are flatter) or "weights" (the
+    #: same by weight ranges, data-free CLE); ``equalize_alpha`` SmoothQuant's alpha. Measured, not kept
     equalization: str = "none"
     equalize_alpha: float = 0.5
 
@@ -213,13 +214,14 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     pre = Preprocessor(config.preprocess, spec, metadata)
     buffer = pre.allocate()
     tensors = [t for t in plan.activation_tensors if t not in plan.tail_tensors]
-    if opts.equalization not in ("none", "activations"):
-        raise CalibrationError(f"unknown equalization {opts.equalization!r}; known: none, activations")
+    if opts.equalization not in ("none", "activations", "weights"):
+        raise CalibrationError(f"unknown equalization {opts.equalization!r}; known: none, activations, weights")
     if not 0.0 <= opts.equalize_alpha <= 1.0:
         raise CalibrationError(f"equalize_alpha must be in [0, 1], got {opts.equalize_alpha}")
-    regions: list[Region] = find_regions(prepared) if opts.equalization == "activations" else []
+    regions: list[Region] = find_regions(prepared) if opts.equalization != "none" else []
     quantized_now = set(plan.quantized_tensors)
-    channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now}
+    channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now
+                       and opts.equalization == "activations"}
     collector = ActivationCollector(prepared, tensors, budget_mb=opts.budget_mb, threads=opts.threads,
                                     channel_tensors=channel_tensors)
 
@@ -235,7 +237,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     equalization: dict[str, Any] | None = None
     cache_histograms = histograms  # the TensorRT cache is for the FP32 model as given: its own ranges
     if regions:
-        equalized, equalization = equalize(prepared, regions, collector.channel_max, opts.equalize_alpha)
+        equalized, equalization = equalize(prepared, regions, collector.channel_max, opts.equalize_alpha,
+                                             opts.equalization)
         rescaled = set(equalization["rescaled_tensors"])
         again_tensors = [t for t in tensors if t in rescaled]
         if again_tensors:

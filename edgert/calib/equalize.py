@@ -203,12 +203,14 @@ def _relative_columns(w: np.ndarray) -> np.ndarray:
 
 
 def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Mapping[str, np.ndarray],
-             alpha: float = 0.5) -> tuple[onnx.ModelProto, dict[str, Any]]:
+             alpha: float = 0.5, ranges: str = "activations") -> tuple[onnx.ModelProto, dict[str, Any]]:
     """A copy of ``model`` with each rescalable region's channels divided by ``d`` (the module's rule).
 
     ``channel_max``: per tensor, its per-channel largest ``|x|`` (:func:`channel_absmax` over the images);
     the tensors of a region that have one set ``r``. Returns the model and what was done (per region: its
-    sources, absorbers and the spread of its tensors' per-channel ranges before and after)."""
+    sources, absorbers and the spread of its tensors' per-channel ranges before and after). ``ranges``
+    "weights": ``r_c`` is the largest ``|W_A[c]|`` instead, no data (Nagel et al.'s cross-layer equalisation
+    with ``alpha`` 0.5), so the scales do not follow the calibration images' channel ranges."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     out = copy.deepcopy(model)
@@ -221,7 +223,9 @@ def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Map
         width = {s: int(numpy_helper.to_array(inits[nodes[s].input[1]]).shape[0]) for s in region.sources}
         r = {s: np.zeros(n) for s, n in width.items()}
         w = {s: np.zeros(n) for s, n in width.items()}
-        for t, segs in region.segments.items():
+        for s in width if ranges == "weights" else ():
+            r[s] = np.abs(numpy_helper.to_array(inits[nodes[s].input[1]])).reshape(width[s], -1).max(axis=1)
+        for t, segs in region.segments.items() if ranges == "activations" else ():
             got = channel_max.get(t)
             if got is None or got.size != sum(e - b for _, b, e in segs):
                 continue
@@ -277,7 +281,7 @@ def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Map
                      "scaled": sorted(region.segments)})
     not_rescaled = {", ".join(r.sources) or "?": r.why_not for r in regions if r.why_not is not None}
     summary: dict[str, Any] = {
-        "alpha": alpha, "regions": done, "not_rescaled": not_rescaled,
+        "alpha": alpha, "ranges": ranges, "regions": done, "not_rescaled": not_rescaled,
         "rescaled_tensors": sorted({t for x in done for t in x["scaled"]}),
     }
     if done:

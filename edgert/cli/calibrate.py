@@ -75,12 +75,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rounding", choices=("nearest", "gptq"),
                    help="INT8 weight rounding: nearest, or gptq (by each layer's output error on the calibration "
                         "activations) (default: edgert.calib's)")
-    p.add_argument("--equalize", choices=("none", "activations"),
-                   help="activations: rescale each channel between two convs where only LeakyReLU/ReLU/MaxPool/"
-                        "Pad/Resize/Concat lie between (exact in float), so per-tensor INT8 ranges are flatter "
+    p.add_argument("--equalize", choices=("none", "activations", "weights"),
+                   help="rescale each channel between two convs where only LeakyReLU/ReLU/MaxPool/Pad/Resize/"
+                        "Concat lie between (exact in float), so per-tensor INT8 ranges are flatter: by the "
+                        "channels' ranges on the images (activations) or the weights' (weights, data-free) "
                         "(default: edgert.calib's, none)")
     p.add_argument("--equalize-alpha", type=float, metavar="A",
-                   help="with --equalize activations: SmoothQuant's alpha, 1 flattens the activations fully, 0 "
+                   help="with --equalize: SmoothQuant's alpha, 1 flattens the activations fully, 0 "
                         "leaves them (default: edgert.calib's)")
     p.add_argument("--size-weight", type=float, metavar="W",
                    help="rank float candidates by error per (MAC share + W x weight share), so layers with many "
@@ -130,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--size-weight must be >= 0, got {args.size_weight}")
     if args.equalize_alpha is not None and not 0.0 <= args.equalize_alpha <= 1.0:
         raise ConfigError(f"--equalize-alpha must be in [0, 1], got {args.equalize_alpha}")
-    if args.equalize_alpha is not None and args.equalize != "activations":
-        raise ConfigError("--equalize-alpha applies only with --equalize activations")
+    if args.equalize_alpha is not None and args.equalize in (None, "none"):
+        raise ConfigError("--equalize-alpha applies only with --equalize activations or weights")
     if not 0.0 < percentile <= 100.0:
         raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")
     pipeline = _pick(args.config, recipe.pipeline)

@@ -100,6 +100,17 @@ def test_equalisation_keeps_fp32_outputs_and_flattens_the_channels() -> None:
             assert flat_after > (0.95 if alpha == 1.0 else 4 * flat_before), (t, alpha, flat_after)
 
 
+def test_weight_equalisation_needs_no_data_and_is_exact_too() -> None:
+    model = _model()
+    eq, summary = equalize(model, find_regions(model), {}, 0.5, ranges="weights")
+    assert summary["ranges"] == "weights" and len(summary["regions"]) == 1
+    for x in _feeds(3):
+        for ref, got in zip(_outputs(model, x), _outputs(eq, x)):
+            assert np.abs(ref - got).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    before, after = _channel_max(model, ["pooled"])["pooled"], _channel_max(eq, ["pooled"])["pooled"]
+    assert after.min() / after.max() > 4 * before.min() / before.max()  # conv_a's rows set its channels' ranges
+
+
 @pytest.mark.parametrize(("between", "b_reads", "why"), [
     ("silu", "pooled", "a feeds Sigmoid sig"),  # SiLU(s x) != s SiLU(x)
     ("leaky", "add", "pooled feeds Add add"),  # the Add's other consumer cannot absorb the scale
@@ -144,4 +155,4 @@ def test_calibrate_equalises_the_qdq_model_and_keeps_the_cache_for_the_model_as_
     assert outs["none"].with_suffix(".calib").read_text() == outs["activations"].with_suffix(".calib").read_text()
     r = run_cli("calibrate", str(model), "--images", str(folder), "--equalize-alpha", "0.5", "-o",
                 str(tmp_path / "x.onnx"))
-    assert r.returncode == 1 and "--equalize-alpha applies only with --equalize activations" in r.stderr
+    assert r.returncode == 1 and "--equalize-alpha applies only with --equalize" in r.stderr
