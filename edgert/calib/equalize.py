@@ -188,11 +188,15 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
 
 def channel_absmax(value: np.ndarray) -> np.ndarray:
     """The largest finite ``|x|`` of each channel (axis 1) of an activation (0 where none is finite)."""
-    a = np.abs(np.asarray(value, np.float32))
-    a = np.where(np.isfinite(a), a, 0.0)
-    if a.ndim < 2:
+    v = np.asarray(value, np.float32)
+    if v.ndim < 2:
         return np.zeros(0, np.float32)
-    return np.asarray(np.moveaxis(a, 1, 0).reshape(a.shape[1], -1).max(axis=1), np.float32)
+    axes = tuple(i for i in range(v.ndim) if i != 1)
+    top = np.maximum(v.max(axis=axes), -v.min(axis=axes))  # no |x| copy of the whole tensor
+    if np.isfinite(top).all():
+        return np.asarray(top, np.float32)
+    a = np.abs(v)  # -inf padding and the like: only the finite values count
+    return np.asarray(np.where(np.isfinite(a), a, 0.0).max(axis=axes), np.float32)
 
 
 def _relative_columns(w: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgert.calib.collect import ActivationCollector
-from edgert.calib.equalize import equalize, find_regions
+from edgert.calib.equalize import channel_absmax, equalize, find_regions
 from edgert.calib.qdq import prepare_model
 from tests.helpers import run_cli
 
@@ -156,3 +156,12 @@ def test_calibrate_equalises_the_qdq_model_and_keeps_the_cache_for_the_model_as_
     r = run_cli("calibrate", str(model), "--images", str(folder), "--equalize-alpha", "0.5", "-o",
                 str(tmp_path / "x.onnx"))
     assert r.returncode == 1 and "--equalize-alpha applies only with --equalize" in r.stderr
+
+
+def test_channel_absmax_is_the_largest_finite_magnitude_per_channel() -> None:
+    x = np.zeros((2, 3, 4, 4), np.float32)
+    x[1, 0, 2, 3] = -7.0  # a negative value is the largest magnitude of channel 0
+    x[0, 1, 0, 0] = 2.5
+    x[0, 2, :, 0] = -np.inf  # -inf padding: ignored
+    x[1, 2, 3, 3] = 0.5
+    assert channel_absmax(x).tolist() == [7.0, 2.5, 0.5]
