@@ -79,7 +79,7 @@ def register(subparsers: Any) -> None:
                    help="rescale each channel between two convs where only LeakyReLU/ReLU/MaxPool/Pad/Resize/"
                         "Concat lie between (exact in float), so per-tensor INT8 ranges are flatter: by the "
                         "channels' ranges on the images (activations) or the weights' (weights, data-free) "
-                        "(default: edgert.calib's, none)")
+                        "(default: edgert.calib's, weights)")
     p.add_argument("--equalize-alpha", type=float, metavar="A",
                    help="with --equalize: SmoothQuant's alpha, 1 flattens the activations fully, 0 "
                         "leaves them (default: edgert.calib's)")
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--size-weight must be >= 0, got {args.size_weight}")
     if args.equalize_alpha is not None and not 0.0 <= args.equalize_alpha <= 1.0:
         raise ConfigError(f"--equalize-alpha must be in [0, 1], got {args.equalize_alpha}")
-    if args.equalize_alpha is not None and args.equalize in (None, "none"):
+    if args.equalize_alpha is not None and args.equalize == "none":
         raise ConfigError("--equalize-alpha applies only with --equalize activations or weights")
     if not 0.0 < percentile <= 100.0:
         raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")

@@ -153,7 +153,7 @@ def test_calibrate_equalises_the_qdq_model_and_keeps_the_cache_for_the_model_as_
         return numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "w1_scale"))
     assert not np.allclose(weight_scales(outs["none"]), weight_scales(outs["activations"]), rtol=1e-3)
     assert outs["none"].with_suffix(".calib").read_text() == outs["activations"].with_suffix(".calib").read_text()
-    r = run_cli("calibrate", str(model), "--images", str(folder), "--equalize-alpha", "0.5", "-o",
+    r = run_cli("calibrate", str(model), "--images", str(folder), "--equalize", "none", "--equalize-alpha", "0.5", "-o",
                 str(tmp_path / "x.onnx"))
     assert r.returncode == 1 and "--equalize-alpha applies only with --equalize" in r.stderr
 
