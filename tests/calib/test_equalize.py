@@ -140,6 +140,7 @@ def test_calibrate_equalises_the_qdq_model_and_keeps_the_cache_for_the_model_as_
                     "-o", str(out))
         assert r.returncode == 0, r.stderr
         outs[mode] = out
+    assert "equalised    activations (alpha 1.0): 2 convs rescaled in 2 regions" in r.stdout
     report = json.loads(outs["activations"].with_suffix(".report.json").read_text())
     eq = report["equalization"]
     assert eq["alpha"] == 1.0
