@@ -6,7 +6,10 @@ JSON), then compares the Q/DQ model with FP32 (``compare_detectors``, ONNX Runti
 images calibration did not use plus ``--frames`` frames of ``vtest.avi`` (offset 0: disjoint from the
 frames a ``--check-video`` would use, and the check set of the default pass holds no held-out image).
 Prints one JSON line: held-out mAP@0.5:0.95 (and strict; and apart on the photos and on the video frames),
-the check-set mAP, float layers, time, peak RSS.
+the check-set mAP, float layers, time, peak RSS; and where the video's loss is (``video_swap``): the INT8
+model's raw output decoded with FP32's box channels in place of its own (what its scores cost) and with
+FP32's score channels (what its boxes cost), for single-output models whose channel axis is 4 box values +
+(objectness +) classes.
 The figures of calibration/README.md's "methods x models" table come from it:
 
     python scripts/eval_int8.py nanodet '{}'                          # the default
@@ -60,11 +63,12 @@ def main() -> int:
     video = [f for f in frames if "#" in f[0]]
     parts = {"photos": [f for f in frames if "#" not in f[0]], "video": video}
     part_map = {k: compare_detectors(src, out, v)["map"]["map50_95"] for k, v in parts.items() if v}
+    swap = _swap(src, out, video)
     check = (report.get("accuracy") or {}).get("map") or {}
     print(json.dumps({
         "model": args.model, "options": options, "heldout_map50_95": held["map"]["map50_95"],
         "heldout_strict": held["map_strict"]["map50_95"], "heldout_frames": held["frames"],
-        "heldout_photos": part_map.get("photos"), "heldout_video": part_map.get("video"),
+        "heldout_photos": part_map.get("photos"), "heldout_video": part_map.get("video"), "video_swap": swap,
         "check_map50_95": check.get("map50_95"), "float_layers": report["summary"]["float_layers"],
         "quantized_layers": report["summary"]["quantized_layers"], "seconds": round(seconds, 1),
         "int8_mac_share": (report.get("macs") or {}).get("int8_share"),
@@ -73,6 +77,46 @@ def main() -> int:
         "peak_rss_mb": report["peak_rss_mb"], "output": str(out),
     }))
     return 0
+
+
+def _swap(src: Path, out: Path, frames: list) -> dict | None:
+    """mAP@0.5:0.95 and @0.5 of INT8 against FP32 on ``frames``: as is, with FP32's boxes, with FP32's scores."""
+    import dataclasses
+
+    from edgert.calib.accuracy import detection_map
+    from edgert.calib.comparison import PRED_CONF
+    from edgert.config import PipelineConfig
+    from edgert.vision.detections import Detections
+    from edgert.vision.detector import Detector
+
+    config = PipelineConfig()
+    low = dataclasses.replace(config, decode=dataclasses.replace(config.decode, conf=PRED_CONF))
+    with Detector(src, config, backend="onnxruntime") as ref, Detector(out, low, backend="onnxruntime") as cand:
+        if len(ref.output_specs) != 1:
+            return None
+        got: dict = {"int8": [], "fp32_boxes": [], "fp32_scores": []}
+        truth = []
+        for _, frame in frames:
+            truth.append(ref(frame))
+            raw_ref = {k: v.copy() for k, v in ref.session.outputs.items()}
+            transform = cand.preprocess(frame)
+            raw = {k: v.copy() for k, v in cand.session.infer().items()}
+            (name, r), q = next(iter(raw_ref.items())), raw[next(iter(raw))]
+            axes = [i for i, n in enumerate(r.shape) if n in (4 + len(ref.names), 5 + len(ref.names))]
+            if not axes:
+                return None
+            box = [slice(None)] * r.ndim
+            box[axes[0]] = slice(0, 4)
+            for kind, (boxes, scores) in (("int8", (q, q)), ("fp32_boxes", (r, q)), ("fp32_scores", (q, r))):
+                mixed = scores.copy()
+                mixed[tuple(box)] = boxes[tuple(box)]
+                d = cand.decoder({name: mixed}, transform)
+                got[kind].append(Detections(d.xyxy, d.confidence, d.class_id, d.names))
+    result = {}
+    for kind, dets in got.items():
+        m = detection_map(truth, dets)
+        result[kind] = {"map50_95": round(float(m.map50_95), 5), "map50": round(float(m.map50), 5)}
+    return result
 
 
 if __name__ == "__main__":

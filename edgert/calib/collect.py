@@ -10,7 +10,7 @@ every activation of every image until the end: ~98 MiB per image on NanoDet.)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from edgert.backends.onnxruntime import cpu_session
+from edgert.calib.equalize import channel_absmax
 from edgert.calib.histograms import DEFAULT_BINS, TensorHistogram
 from edgert.errors import CalibrationError, ModelError, reraise_as
 
@@ -72,6 +73,9 @@ class ActivationCollector:
     budget_mb: float = 512.0
     bins: int = DEFAULT_BINS
     threads: int = 0
+    #: tensors (of ``tensors``) whose largest finite |x| per channel is kept too (``channel_max``: a vector
+    #: per tensor, so memory stays flat in the number of images), for :mod:`.equalize`
+    channel_tensors: Collection[str] = ()
 
     def __post_init__(self) -> None:
         inits = {i.name for i in self.model.graph.initializer}
@@ -87,6 +91,8 @@ class ActivationCollector:
             log.info("exposing %d tensors (%.0f MiB per sample) in %d runs per sample to stay under %.0f MiB",
                      len(self.tensors), self.bytes_per_sample / 2**20, len(self.chunks), self.budget_mb)
         self.histograms = {name: TensorHistogram(name, self.bins) for name in self.tensors}
+        self.channel_max: dict[str, np.ndarray] = {}
+        self._channels = set(self.channel_tensors) & set(self.tensors)
         self.samples = 0
         self._sessions = []
         outputs = {o.name for o in self.model.graph.output}
@@ -113,6 +119,10 @@ class ActivationCollector:
                 values = sess.run(fetch, {self.input_name: feed})
             for name, value in zip(fetch, values):
                 self.histograms[name].update(value)
+                if name in self._channels:
+                    got = channel_absmax(value)
+                    seen = self.channel_max.get(name)
+                    self.channel_max[name] = got if seen is None or seen.shape != got.shape else np.maximum(seen, got)
             del values
         self.samples += 1
 

@@ -73,6 +73,12 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
                  f"(skipped {report.get('images', {}).get('skipped')})  seed {report.get('seed')}")
     lines.append(f"quantized    {s.get('quantized_layers')} layers, {s.get('qdq_tensors')} activation Q/DQ pairs; "
                  f"{s.get('float_layers')} layers kept float; {s.get('cache_tensors')} tensors in the TensorRT cache")
+    eq = report.get("equalization")
+    if eq:
+        convs = sum(len(r["sources"]) for r in eq.get("regions", []))
+        lines.append(f"equalised    {eq.get('ranges')} (alpha {eq.get('alpha')}): {convs} convs rescaled in "
+                     f"{len(eq.get('regions', []))} regions, {len(eq.get('not_rescaled', {}))} regions left alone "
+                     "(why: the JSON report's equalization)")
     macs = report.get("macs")
     if macs:
         lines.append(f"INT8 MACs    {100 * macs['int8_share']:.1f} % of {macs['total_macs'] / 1e9:.3g} G multiply-"

@@ -75,6 +75,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rounding", choices=("nearest", "gptq"),
                    help="INT8 weight rounding: nearest, or gptq (by each layer's output error on the calibration "
                         "activations) (default: edgert.calib's)")
+    p.add_argument("--equalize", choices=("none", "activations", "weights"),
+                   help="rescale each channel between two convs where only LeakyReLU/ReLU/MaxPool/Pad/Resize/"
+                        "Concat lie between (exact in float), so per-tensor INT8 ranges are flatter: by the "
+                        "channels' ranges on the images (activations) or the weights' (weights, data-free) "
+                        "(default: edgert.calib's, weights)")
+    p.add_argument("--equalize-alpha", type=float, metavar="A",
+                   help="with --equalize: SmoothQuant's alpha, 1 flattens the activations fully, 0 "
+                        "leaves them (default: edgert.calib's)")
     p.add_argument("--size-weight", type=float, metavar="W",
                    help="rank float candidates by error per (MAC share + W x weight share), so layers with many "
                         "weights (a larger engine) go back last (0: by MACs alone; default: edgert.calib's)")
@@ -121,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-float must be in [0, 1], got {args.max_float}")
     if args.size_weight is not None and args.size_weight < 0:
         raise ConfigError(f"--size-weight must be >= 0, got {args.size_weight}")
+    if args.equalize_alpha is not None and not 0.0 <= args.equalize_alpha <= 1.0:
+        raise ConfigError(f"--equalize-alpha must be in [0, 1], got {args.equalize_alpha}")
+    if args.equalize_alpha is not None and args.equalize == "none":
+        raise ConfigError("--equalize-alpha applies only with --equalize activations or weights")
     if not 0.0 < percentile <= 100.0:
         raise ConfigError(f"--percentile must be in (0, 100], got {percentile}")
     pipeline = _pick(args.config, recipe.pipeline)
@@ -136,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         check_video_frames=_pick(args.check_frames, recipe.check_frames), exclude_nodes=tuple(args.exclude),
         force=args.force, engine_size=args.engine_size,
         **{k: v for k, v in (("bias_correction", args.bias_correction), ("rounding", args.rounding),
-                             ("size_weight", args.size_weight)) if v is not None},
+                             ("size_weight", args.size_weight), ("equalization", args.equalize),
+                             ("equalize_alpha", args.equalize_alpha)) if v is not None},
     )
     report = calibrate(args.model, images, args.output, config, options, progress=sys.stderr.isatty())
     if args.json:

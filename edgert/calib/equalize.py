@@ -1,0 +1,294 @@
+"""Activation equalisation: per-channel rescaling between convs that is exact in float (SmoothQuant / CLE).
+
+Activations are quantized per tensor, weights per output channel. A channel whose range is far below its
+tensor's largest gets few of the 8 bits. Where only positively homogeneous ops lie between convs
+(LeakyReLU(s x) = s LeakyReLU(x) for s > 0; Relu, PRelu, MaxPool, AveragePool, Identity, zero or ``-inf``
+constant Pad, Resize on the spatial axes, Concat on the channel axis), dividing output channel ``c`` of the
+producing conv A (weights row ``c`` and bias ``c``) by ``d_c`` and multiplying input channel ``c`` of every
+consuming conv B (``W_B[:, c]``) by ``d_c`` leaves the float model's outputs as they were, A's per-channel
+weight quantization untouched, and the tensors between them divided by ``d_c`` per channel.
+
+``d_c = r_c ** alpha / w_c ** (1 - alpha)`` (SmoothQuant's rule): ``r_c`` the channel's largest ``|x|`` on
+the calibration images (one vector per tensor, memory flat in the folder size), ``w_c`` the largest of
+``|W_B[o, c]| / max_c' |W_B[o, c']|`` over B's output channels ``o`` (relative to each row's own range,
+because B's weights are quantized per row: that ratio is what the rescale changes in B's quantization).
+``alpha`` 1 flattens the activations fully, 0 leaves them and flattens the weights' columns.
+
+A *region* is a set of tensors joined by those ops, whose channels each belong to one output channel of
+one source conv; it is rescaled only when every consumer of every tensor in it can absorb the scale (an
+op above, or a group-1 Conv reading it as data). Anything else (an Add, a Sigmoid, SiLU's Mul, a graph
+output, a Split) leaves the whole region alone: :func:`find_regions` says why for each.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+__all__ = ["Region", "channel_absmax", "equalize", "find_regions"]
+
+log = logging.getLogger(__name__)
+
+#: Element-wise or per-channel ops with f(s x) = s f(x) for a positive per-channel s (data input 0).
+_HOMOGENEOUS = ("Relu", "LeakyRelu", "PRelu", "MaxPool", "AveragePool", "Identity", "Pad", "Resize")
+
+
+@dataclass
+class Region:
+    """Tensors that carry the output channels of ``sources`` through homogeneous ops to ``absorbers``."""
+
+    sources: list[str]  # convs whose output channels are divided by d
+    absorbers: list[str]  # convs whose input channels are multiplied by d
+    segments: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)  # tensor -> its channels
+    why_not: str | None = None  # None: the region can be rescaled
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
+    for init in model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output and node.output[0] == name:
+            value = _attr(node, "value", None)
+            return None if value is None else numpy_helper.to_array(value)
+    return None
+
+
+def _homogeneous(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    """``node`` commutes with a positive per-channel scale of its data input (input 0)."""
+    op = node.op_type
+    if op not in _HOMOGENEOUS:
+        return False
+    if op == "Pad":
+        mode = _attr(node, "mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        pads = _constant(model, node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        if pads is None or pads.size % 2 or (len(node.input) > 3 and node.input[3]):
+            return False  # pads unknown, or an axes input: cannot tell the channel axis is not padded
+        rank = pads.size // 2
+        if rank < 2 or pads[1] != 0 or pads[1 + rank] != 0:
+            return False
+        if mode != "constant":
+            return mode in ("reflect", "edge")
+        value = 0.0
+        if len(node.input) > 2 and node.input[2]:
+            fill = _constant(model, node.input[2])
+            if fill is None or fill.size != 1:
+                return False
+            value = float(fill.reshape(-1)[0])
+        return value == 0.0 or not math.isfinite(value)  # s * 0 = 0, s * -inf = -inf
+    if op == "Resize":
+        scales = _constant(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        return scales is not None and scales.size >= 2 and scales[0] == 1 and scales[1] == 1  # not over channels
+    return True
+
+
+def _conv_weights(model: onnx.ModelProto, node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto],
+                  uses: Mapping[str, int]) -> str | None:
+    """Why ``node`` cannot be rescaled (a source or an absorber), or None when it can."""
+    if node.op_type != "Conv":
+        return f"{node.op_type} {node.name}"
+    if int(_attr(node, "group", 1)) != 1:
+        return f"grouped Conv {node.name}"
+    for i, t in enumerate(node.input[1:3], start=1):
+        if t and (t not in inits or inits[t].data_type != onnx.TensorProto.FLOAT):
+            return f"Conv {node.name} (input {i} not a constant float tensor)"
+        if t and uses.get(t, 0) > 1:
+            return f"Conv {node.name} (its weights are shared with another node)"
+    return None
+
+
+def find_regions(model: onnx.ModelProto) -> list[Region]:
+    """Every region that starts at a Conv's output, with ``why_not`` set where it cannot be rescaled."""
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    uses: dict[str, int] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for t in node.input:
+            if t:
+                uses[t] = uses.get(t, 0) + 1
+                consumers.setdefault(t, []).append(node)
+    outputs = {o.name for o in g.output}
+    segments: dict[str, list[tuple[str, int, int]]] = {}
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.get(t, t) != t:
+            t = parent[t]
+        return t
+
+    def join(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+
+    sources: dict[str, str] = {}  # tensor -> the conv whose output it is
+    for node in g.node:  # graph order is topological
+        if node.op_type == "Conv" and _conv_weights(model, node, inits, uses) is None and node.output:
+            w = numpy_helper.to_array(inits[node.input[1]])
+            segments[node.output[0]] = [(node.name, 0, int(w.shape[0]))]
+            sources[node.output[0]] = node.name
+        elif node.op_type == "Concat" and int(_attr(node, "axis", 0)) == 1 and node.input:
+            if all(t in segments for t in node.input):
+                segments[node.output[0]] = [s for t in node.input for s in segments[t]]
+                for t in node.input:
+                    join(t, node.output[0])
+        elif (node.input and node.input[0] in segments and _homogeneous(model, node)
+              and not any(t in segments for t in node.input[1:])):
+            segments[node.output[0]] = list(segments[node.input[0]])
+            join(node.input[0], node.output[0])
+    regions: dict[str, Region] = {}
+    for t in segments:
+        r = regions.setdefault(find(t), Region([], []))
+        r.segments[t] = segments[t]
+        if t in sources:
+            r.sources.append(sources[t])
+    for region in regions.values():
+        absorbers: list[str] = []
+        for t in region.segments:
+            if t in outputs:
+                region.why_not = f"{t} is a graph output"
+                break
+            for node in consumers.get(t, []):
+                if node.output and node.output[0] in region.segments and (node.op_type == "Concat" or (
+                        node.input[0] == t and t not in node.input[1:] and _homogeneous(model, node))):
+                    continue  # a homogeneous op or Concat inside the region
+                if node.op_type == "Shape":
+                    continue  # reads only the shape, which the scale does not change
+                why = _conv_weights(model, node, inits, uses)
+                if why is None and node.input[0] == t and t not in node.input[1:]:
+                    if node.name not in absorbers:
+                        absorbers.append(node.name)
+                    continue
+                region.why_not = f"{t} feeds {why or node.op_type + ' ' + node.name}"
+                break
+            if region.why_not:
+                break
+        region.absorbers = absorbers
+        if region.why_not is None and not absorbers:
+            region.why_not = "no conv reads it"
+    return list(regions.values())
+
+
+def channel_absmax(value: np.ndarray) -> np.ndarray:
+    """The largest finite ``|x|`` of each channel (axis 1) of an activation (0 where none is finite)."""
+    v = np.asarray(value, np.float32)
+    if v.ndim < 2:
+        return np.zeros(0, np.float32)
+    axes = tuple(i for i in range(v.ndim) if i != 1)
+    top = np.maximum(v.max(axis=axes), -v.min(axis=axes))  # no |x| copy of the whole tensor
+    if np.isfinite(top).all():
+        return np.asarray(top, np.float32)
+    a = np.abs(v)  # -inf padding and the like: only the finite values count
+    return np.asarray(np.where(np.isfinite(a), a, 0.0).max(axis=axes), np.float32)
+
+
+def _relative_columns(w: np.ndarray) -> np.ndarray:
+    """Per input channel of a Conv weight (O, C, ...): max over rows of ``|W[o, c]| / max |W[o, :]|``."""
+    a = np.abs(w.astype(np.float64)).reshape(w.shape[0], w.shape[1], -1).max(axis=2)
+    rows = a.max(axis=1, keepdims=True)
+    return np.asarray((a / np.where(rows > 0, rows, 1.0)).max(axis=0))
+
+
+def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Mapping[str, np.ndarray],
+             alpha: float = 0.5, ranges: str = "activations") -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """A copy of ``model`` with each rescalable region's channels divided by ``d`` (the module's rule).
+
+    ``channel_max``: per tensor, its per-channel largest ``|x|`` (:func:`channel_absmax` over the images);
+    the tensors of a region that have one set ``r``. Returns the model and what was done (per region: its
+    sources, absorbers and the spread of its tensors' per-channel ranges before and after). ``ranges``
+    "weights": ``r_c`` is the largest ``|W_A[c]|`` instead, no data (Nagel et al.'s cross-layer equalisation
+    with ``alpha`` 0.5), so the scales do not follow the calibration images' channel ranges."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    out = copy.deepcopy(model)
+    inits = {i.name: i for i in out.graph.initializer}
+    nodes = {n.name: n for n in out.graph.node}
+    done: list[dict[str, Any]] = []
+    for region in regions:
+        if region.why_not is not None:
+            continue
+        width = {s: int(numpy_helper.to_array(inits[nodes[s].input[1]]).shape[0]) for s in region.sources}
+        r = {s: np.zeros(n) for s, n in width.items()}
+        w = {s: np.zeros(n) for s, n in width.items()}
+        for s in width if ranges == "weights" else ():
+            r[s] = np.abs(numpy_helper.to_array(inits[nodes[s].input[1]])).reshape(width[s], -1).max(axis=1)
+        for t, segs in region.segments.items() if ranges == "activations" else ():
+            got = channel_max.get(t)
+            if got is None or got.size != sum(e - b for _, b, e in segs):
+                continue
+            at = 0
+            for s, b, e in segs:
+                r[s][b:e] = np.maximum(r[s][b:e], got[at: at + e - b])
+                at += e - b
+        for name in region.absorbers:
+            node = nodes[name]
+            cols = _relative_columns(numpy_helper.to_array(inits[node.input[1]]))
+            at = 0
+            for s, b, e in region.segments[node.input[0]]:
+                w[s][b:e] = np.maximum(w[s][b:e], cols[at: at + e - b])
+                at += e - b
+        if not any(v.any() for v in r.values()):
+            continue  # no range measured for any of its tensors
+        d: dict[str, np.ndarray] = {}
+        for s in width:
+            ok = (r[s] > 0) & (w[s] > 0)
+            ds = np.ones_like(r[s])
+            ds[ok] = r[s][ok] ** alpha / w[s][ok] ** (1.0 - alpha)
+            d[s] = ds
+        # one factor for the region so its largest range stays where it was (ranges in familiar units)
+        top = max(float(r[s].max()) for s in width)
+        after = max(float((r[s] / d[s]).max()) for s in width)
+        k = after / top if top > 0 and after > 0 else 1.0
+        for s in width:
+            ok = (r[s] > 0) & (w[s] > 0)
+            d[s] = np.where(ok, d[s] * k, 1.0)
+        for s, ds in d.items():  # A's row c and bias c divided by d_c
+            node = nodes[s]
+            for t in node.input[1:3]:
+                if t:
+                    arr = numpy_helper.to_array(inits[t]).astype(np.float64)
+                    arr /= ds.reshape((-1,) + (1,) * (arr.ndim - 1))
+                    inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
+        for name in region.absorbers:  # B's column c multiplied by d_c
+            node = nodes[name]
+            t = node.input[1]
+            scale = np.concatenate([d[s][b:e] for s, b, e in region.segments[node.input[0]]])
+            arr = numpy_helper.to_array(inits[t]).astype(np.float64)
+            arr *= scale.reshape((1, -1) + (1,) * (arr.ndim - 2))
+            inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
+        spread = []
+        for t, segs in region.segments.items():
+            got = channel_max.get(t)
+            if got is None or not got.size or got.max() <= 0:
+                continue
+            scaled = got / np.concatenate([d[s][b:e] for s, b, e in segs])
+            spread.append({"tensor": t, "median_over_max_before": round(float(np.median(got) / got.max()), 4),
+                           "median_over_max_after": round(float(np.median(scaled) / scaled.max()), 4)})
+        done.append({"sources": list(region.sources), "absorbers": list(region.absorbers), "tensors": spread,
+                     "scaled": sorted(region.segments)})
+    not_rescaled = {", ".join(r.sources) or "?": r.why_not for r in regions if r.why_not is not None}
+    summary: dict[str, Any] = {
+        "alpha": alpha, "ranges": ranges, "regions": done, "not_rescaled": not_rescaled,
+        "rescaled_tensors": sorted({t for x in done for t in x["scaled"]}),
+    }
+    if done:
+        log.info("activation equalisation (alpha %g): %d regions, %d convs rescaled; %d regions left alone",
+                 alpha, len(done), sum(len(x["sources"]) for x in done), len(not_rescaled))
+    return out, summary
