@@ -107,8 +107,9 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
         lines.append(f"sensitivity  {len(sens.get('float_layers', []))} layer(s) left in float; "
                      f"target {'met' if sens.get('target_met') else 'NOT met'}")
     t = report.get("timing_s", {})
-    lines.append(f"time         {t.get('total')} s (statistics {t.get('collect')} s, ranges {t.get('ranges')} s, "
-                 f"check {t.get('check')} s, sensitivity {t.get('sensitivity')} s)")
+    lines.append(f"time         {t.get('total')} s (statistics {t.get('collect')} s, equalise "
+                 f"{t.get('equalize', 0)} s, ranges {t.get('ranges')} s, check {t.get('check')} s, "
+                 f"sensitivity {t.get('sensitivity')} s)")
     lines.append(f"peak memory  {report.get('peak_rss_mb')} MiB RSS")
     cache = report.get("trt_cache") or {}
     if cache and not cache.get("written"):
