@@ -100,3 +100,14 @@ def test_events_into_head_end_the_run_quietly(media: dict[str, Path]) -> None:
     assert r.stderr.strip().splitlines()[-1] == "edgert-rc=141", r.stderr
     assert "Traceback" not in r.stderr and "edgert: error" not in r.stderr, r.stderr
     assert json.loads(r.stdout)["frame"] == 0
+
+
+def test_python_m_edgert_is_the_command(media: dict[str, Path], tmp_path: Path) -> None:
+    """``python -m edgert`` where the script is not on PATH: the same parser, the same one-line errors."""
+    version = subprocess.run([sys.executable, "-m", "edgert", "--version"], capture_output=True, text=True,
+                             timeout=TIMEOUT, cwd=ROOT)
+    assert version.returncode == 0 and version.stdout.startswith("edgert "), version
+    missing = subprocess.run([sys.executable, "-m", "edgert", "run", "--model", str(tmp_path / "none.onnx"),
+                              "--source", str(media["video"])], capture_output=True, text=True, timeout=TIMEOUT,
+                             cwd=ROOT)
+    assert_one_line_error(missing, "none.onnx")

@@ -1,0 +1,10 @@
+"""``python -m edgert``: the ``edgert`` command where its script is not on PATH (a ``pip install --user`` on
+Jetson puts it in ~/.local/bin, which Ubuntu adds to PATH only at the next login)."""
+
+from __future__ import annotations
+
+import sys
+
+from edgert.cli.main import main
+
+sys.exit(main())
