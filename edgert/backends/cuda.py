@@ -220,7 +220,7 @@ class Kernel:
         self._prepared = ""
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...],
-               stream: Stream) -> None:
+               stream: Stream, shared: int = 0) -> None:
         # A prepared call packs the arguments with one struct format made once, where a plain call inspects
         # every argument every time: at thousands of launches a second the difference is host time.
         # Callers pass the same numpy scalar types on every launch of a kernel (its C signature), so the
@@ -229,7 +229,10 @@ class Kernel:
             if len(self._prepared) != len(args):
                 self._prepared = "".join(_STRUCT_CODES[np.dtype(type(a)).char] for a in args)
                 self.raw.prepare(self._prepared)
-            self.raw.prepared_async_call(grid, block, stream.raw, *args)
+            if shared:
+                self.raw.prepared_async_call(grid, block, stream.raw, *args, shared_size=shared)
+            else:
+                self.raw.prepared_async_call(grid, block, stream.raw, *args)
         except Exception as exc:
             raise BackendError(f"CUDA kernel {self.name} failed to launch: {exc}") from exc
 
@@ -341,6 +344,14 @@ def register_host_memory(array: np.ndarray, mapped: bool = False) -> HostRegistr
 
 
 _copy_holding_gil: Any = None
+_copy_back_holding_gil: Any = None
+
+
+def _libcuda_holding_gil() -> Any:
+    import ctypes
+    import ctypes.util
+
+    return ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
 
 
 def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
@@ -357,13 +368,28 @@ def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
     fn = _copy_holding_gil
     if fn is None:
         import ctypes
-        import ctypes.util
 
-        lib = ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
-        fn = lib.cuMemcpyHtoDAsync_v2
+        fn = _libcuda_holding_gil().cuMemcpyHtoDAsync_v2
         fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         fn.restype = ctypes.c_int
         _copy_holding_gil = fn
     code = fn(ptr, host.__array_interface__["data"][0], host.nbytes, stream.handle)
     if code != 0:
         raise BackendError(f"cuMemcpyHtoDAsync of {host.nbytes} bytes failed with CUDA error {code}")
+
+
+def copy_dtoh_async_pinned(host: np.ndarray, ptr: int, stream: Stream) -> None:
+    """Queue a copy of ``host.nbytes`` from device address ``ptr`` into the page-locked, C-contiguous ``host``,
+    keeping the GIL (:func:`copy_htod_async_pinned` says why: into page-locked memory the call only queues)."""
+    global _copy_back_holding_gil
+    fn = _copy_back_holding_gil
+    if fn is None:
+        import ctypes
+
+        fn = _libcuda_holding_gil().cuMemcpyDtoHAsync_v2
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _copy_back_holding_gil = fn
+    code = fn(host.__array_interface__["data"][0], ptr, host.nbytes, stream.handle)
+    if code != 0:
+        raise BackendError(f"cuMemcpyDtoHAsync of {host.nbytes} bytes failed with CUDA error {code}")

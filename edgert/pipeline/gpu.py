@@ -9,8 +9,12 @@ and a candidate buffer. The pipeline drives each slot from its own thread; for e
    staging buffer through its device address (on Jetson that is the same DRAM);
 3. runs the letterbox kernel once for the batch into the session's device input buffer;
 4. runs the model on the device buffers (``session.compute_only()``: IOBinding / tensor addresses, no host copies);
-5. runs the confidence filter once for the batch into the candidate buffer and copies the few rows back;
-6. synchronises the stream, then NMS and the mapping to the frame on the CPU.
+5. runs the confidence filter once for the batch into the candidate buffer, then (``gpu_nms``, the default
+   where the decoder allows it) NMS, ``max_det`` and the mapping to the frame for every sample in one launch
+   (:mod:`edgert.vision.gpu_nms`), and copies the batch's final boxes back in one copy;
+6. synchronises the stream once (the model was queued without ONNX Runtime's own wait: ``compute_async``)
+   and cuts each frame's detections out of three arrays. Without ``gpu_nms``: the filter's rows come back,
+   and the NMS and the mapping run on the CPU.
 
 So a batch of 8 costs the same handful of CUDA calls as one frame (measured before this: per-sample launches
 made 8 streams of nanodet host-bound, docs/pipeline.md).
@@ -43,6 +47,7 @@ from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, finish_candidates
+from edgert.vision.gpu_nms import GpuNms, gpu_nms_fits
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
 from edgert.vision.opened import fill_other_inputs, open_model
 from edgert.vision.preprocess import LetterboxTransform, check_frame
@@ -143,6 +148,7 @@ class GpuSlot(ProcessorSlot):
         # The decoder keeps scratch buffers, so each slot has its own (the host fallback uses it too).
         self.decoder: Decoder = make_decoder(proc.config.decode, proc.output_specs, session.metadata)
         self.filter: GpuCandidateFilter | None = None
+        self.nms: GpuNms | None = None
         with self.device.active():
             self.events = [self.device.event() for _ in range(5)]
             self.params = self.device.pinned_empty((self.batch, BATCH_COLS), np.int64)
@@ -151,6 +157,9 @@ class GpuSlot(ProcessorSlot):
                 shape = (1, *out.shape[1:])  # one sample's output
                 self.filter = GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
                                                  mapped=self.zero_copy, batch=self.batch)
+                if proc.gpu_nms:
+                    self.nms = GpuNms(self.decoder, self.filter.num_classes, proc.candidates, self.batch,
+                                      self.device, mapped=self.zero_copy)
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
 
@@ -226,14 +235,25 @@ class GpuSlot(ProcessorSlot):
                                                        self.input_ptr, self.input_stride, s)
         ev[2].record(s)
         t1 = time.perf_counter()
-        self.session.compute_only()  # runs on self.stream and synchronises it
-        ev[3].record(s)
-        t2 = time.perf_counter()
-        if self.filter is not None:
-            self.filter.enqueue(self.output_ptr, s, len(frames))
-        ev[4].record(s)
-        s.synchronize()
-        later = self._collect(transforms)
+        if self.nms is not None and self.filter is not None:
+            # Everything queued, one wait: the lock is given up here and in ONNX Runtime's run only.
+            self.session.compute_async()
+            ev[3].record(s)
+            self.filter.enqueue(self.output_ptr, s, len(frames), copy_back=False)
+            self.nms.enqueue(self.filter.buf_ptr, transforms, s)
+            ev[4].record(s)
+            s.synchronize()
+            t2 = time.perf_counter()
+            later = self._collect_nms(transforms)
+        else:
+            self.session.compute_only()  # runs on self.stream and synchronises it
+            ev[3].record(s)
+            t2 = time.perf_counter()
+            if self.filter is not None:
+                self.filter.enqueue(self.output_ptr, s, len(frames))
+            ev[4].record(s)
+            s.synchronize()
+            later = self._collect(transforms)
         t3 = time.perf_counter()
         g = self.gpu_times
         g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
@@ -242,9 +262,21 @@ class GpuSlot(ProcessorSlot):
         g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
         for timing in timings:
             timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
-            timing[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
+            # waits for upload + letterbox + the model on this slot's stream (with gpu_nms: and the filter, NMS
+            # and copy back, all behind one wait)
+            timing[_INFER] = t2 - t1
             timing[_POST] = t3 - t2  # readback; process() adds the finishing call's time
         return later
+
+    def _collect_nms(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:
+        """The GPU NMS's detections of the batch; a sample whose candidates overflowed is decoded on the host."""
+        assert self.nms is not None and self.filter is not None  # process_deferred's branch
+        found, overflowed = self.nms.finish(len(transforms))
+        if overflowed:
+            self.filter.note_overflows(overflowed)
+            self._decode_on_host(transforms, [k for k, d in enumerate(found) if d is None], found)
+        out = [d for d in found if d is not None]
+        return lambda: out
 
     def _collect(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:
         """Copy every sample's candidate rows out (a fixed number of numpy calls per batch); decode the samples
@@ -260,17 +292,8 @@ class GpuSlot(ProcessorSlot):
                 owner = (np.cumsum(~overflowed) - 1)[owner]  # positions among the samples that fit
         if len(done) < len(transforms):
             # Host decoding from the whole output (no GPU filter for this layout, or a buffer overflowed).
-            from edgert.backends.cuda import copy_dtoh_async
-
-            host = self.session.outputs[self.output_name]
-            copy_dtoh_async(host, self.output_ptr, self.stream)
-            self.stream.synchronize()
             skip = set(done)
-            for k, transform in enumerate(transforms):
-                if k not in skip:
-                    sample = self.session.outputs if self.batch == 1 else {
-                        n: v[k:k + 1] for n, v in self.session.outputs.items()}
-                    out[k] = self.decoder(sample, transform)
+            self._decode_on_host(transforms, [k for k in range(len(transforms)) if k not in skip], out)
         decoder = self.decoder  # its batch finish keeps no scratch: safe beside this thread's host decoding
 
         def finish() -> list[Detections]:
@@ -282,8 +305,23 @@ class GpuSlot(ProcessorSlot):
 
         return finish
 
+    def _decode_on_host(self, transforms: list[LetterboxTransform], samples: list[int],
+                        out: list[Detections | None]) -> None:
+        """Decode ``samples`` of the batch on the host from the whole output, into ``out``."""
+        from edgert.backends.cuda import copy_dtoh_async
+
+        host = self.session.outputs[self.output_name]
+        copy_dtoh_async(host, self.output_ptr, self.stream)
+        self.stream.synchronize()
+        for k in samples:
+            sample = self.session.outputs if self.batch == 1 else {
+                n: v[k:k + 1] for n, v in self.session.outputs.items()}
+            out[k] = self.decoder(sample, transforms[k])
+
     def close(self) -> None:
         with self.device.active():
+            if self.nms is not None:
+                self.nms.close()
             if self.filter is not None:
                 self.filter.close()
             self.staging.free()
@@ -302,7 +340,7 @@ class GpuProcessor(Processor):
     kind = "gpu"
 
     def __init__(self, config: PipelineConfig, backend: str = "onnxruntime-cuda", *, gpu_decode: bool = True,
-                 candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
+                 gpu_nms: bool = True, candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
         from edgert.backends import SessionOptions
 
@@ -342,6 +380,10 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
+            why = gpu_nms_fits(probe, candidates) if self.gpu_decode and gpu_nms else "not asked for"
+            self.gpu_nms = not why
+            if self.gpu_decode and gpu_nms and why:
+                log.info("NMS on the host: %s", why)
             self.device: CudaDevice = ready.device
             with self.device.active():
                 self.traits = device_traits(self.device)
@@ -367,7 +409,12 @@ class GpuProcessor(Processor):
         self._barrier = threading.Barrier(len(self.slots)) if self.cuda_graph else None
         self._capture_lock = threading.Lock()
         log.info("GPU processing: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
-                 "GPU filter + CPU NMS" if self.gpu_decode else "host")
+                 self._decode_kind())
+
+    def _decode_kind(self) -> str:
+        if not self.gpu_decode:
+            return "host"
+        return "gpu-filter+gpu-nms" if self.gpu_nms else "gpu-filter+cpu-nms"
 
     def frame_buffer(self, height: int, width: int) -> np.ndarray | None:
         """A page-locked HxWx3 uint8 buffer (mapped when zero-copy) that the slots take without a host copy."""
@@ -450,7 +497,7 @@ class GpuProcessor(Processor):
             "memory": self.memory_mode,
             "cuda_graph": self.cuda_graph,
             "device_traits": self.traits,
-            "decode": "gpu-filter+cpu-nms" if self.gpu_decode else "host",
+            "decode": self._decode_kind(),
             "decoder": self.decoder_kind,
             "layout": self.plan.layout,
             "batch": self.batch,

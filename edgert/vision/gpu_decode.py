@@ -199,9 +199,14 @@ class GpuCandidateFilter:
                 self._buf_ptr = self._dev_buf.ptr
         self._blocks = (self.num_anchors + _THREADS - 1) // _THREADS
 
-    def enqueue(self, output_ptr: int, stream: Any, count: int = 1) -> None:
+    @property
+    def buf_ptr(self) -> int:
+        """Device address of the per-sample regions (header row with the count, then the rows)."""
+        return int(self._buf_ptr)
+
+    def enqueue(self, output_ptr: int, stream: Any, count: int = 1, copy_back: bool = True) -> None:
         """Filter the first ``count`` samples of the output at device address ``output_ptr`` and start
-        bringing their rows back."""
+        bringing their rows back (not with ``copy_back=False``: the GPU NMS reads them where they are)."""
         from edgert.backends.cuda import copy_dtoh_async
 
         if not 1 <= count <= self.batch:
@@ -224,7 +229,7 @@ class GpuCandidateFilter:
         self._take.launch((1, 1, 1), (max(32, count), 1, 1),
                           (np.uintp(self._counters.ptr), np.uintp(self._buf_ptr), np.int32(count),
                            np.int32(self.capacity)), stream)
-        if not self.mapped:
+        if copy_back and not self.mapped:
             copy_dtoh_async(self.host[: count * self._region], self._buf_ptr, stream)
 
     def count(self, k: int = 0) -> int:
@@ -258,12 +263,7 @@ class GpuCandidateFilter:
         counts = self.host[: n * region : region].view(np.int32)[:, 0].astype(np.int64)
         overflowed = counts > self.capacity
         if overflowed.any():
-            for count in counts[overflowed].tolist():
-                self.overflows += 1
-                if self.overflows == 1:
-                    log.warning("%d candidates passed conf %.3g, more than the GPU buffer's %d: decoding those "
-                                "frames on the host (raise decode.conf or the capacity)", count, self.conf,
-                                self.capacity)
+            self.note_overflows(counts[overflowed].tolist())
         sizes = np.where(overflowed, 0, counts)
         total = int(sizes.sum())
         sample = np.repeat(np.arange(n), sizes)
@@ -272,6 +272,15 @@ class GpuCandidateFilter:
         rows = self.host[idx]  # a copy
         order = np.lexsort((rows[:, 6], sample))  # stable: as a stable sort by anchor within each sample
         return rows[order], sample[order], overflowed
+
+    def note_overflows(self, counts: Sequence[int]) -> None:
+        """Count samples whose candidates (``counts``, when known) overflowed ``capacity``; warn on the first."""
+        for count in counts:
+            self.overflows += 1
+            if self.overflows == 1:
+                log.warning("%s candidates passed conf %.3g, more than the GPU buffer's %d: decoding those "
+                            "frames on the host (raise decode.conf or the capacity)", count, self.conf,
+                            self.capacity)
 
     def close(self) -> None:
         with self.device.active():
