@@ -65,11 +65,6 @@ class OnnxRuntimeCudaSession(GpuSession):
         dtypes = {s.name: s.dtype for s in (*inputs, *outputs)}
         self._allocate(shapes, dtypes, {s.name for s in inputs})
         self._io = self._sess.io_binding()
-        # ORT synchronises the stream at the end of every run unless told not to; compute_async's caller waits once
-        # for the model and what it queued after it (each wait gives the interpreter lock up and waits to get it
-        # back behind the pipeline's other threads).
-        self._run_async = lazy_import("onnxruntime").RunOptions()
-        self._run_async.add_run_config_entry("disable_synchronize_execution_providers", "1")
         for name, host in self.inputs.items():
             self._io.bind_input(name, "cuda", options.device, host.dtype, host.shape, self.device_inputs[name].ptr)
         for name, host in self.outputs.items():
@@ -97,12 +92,6 @@ class OnnxRuntimeCudaSession(GpuSession):
             first = first_line(exc)
             raise BackendError(f"ONNX Runtime (CUDA) failed: {first}. Note: outputs whose size changes with the "
                                "data need the onnxruntime (CPU) backend") from exc
-
-    def _enqueue_async(self) -> None:
-        try:
-            self._sess.run_with_iobinding(self._io, self._run_async)
-        except Exception as exc:  # pybind11 exception types of onnxruntime
-            raise BackendError(f"ONNX Runtime (CUDA) failed: {first_line(exc)}") from exc
 
     def _release_model(self) -> None:
         self._io = None
