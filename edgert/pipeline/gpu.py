@@ -21,8 +21,13 @@ made 8 streams of nanodet host-bound, docs/pipeline.md).
 
 ONNX Runtime and TensorRT release the GIL while they run, so with two or more slots the upload and
 preprocessing of frame N+1 run while frame N infers, and the readback and NMS of N-1 overlap both. CUDA
-events around each step give per-stage GPU times (``upload``, ``preprocess``, ``infer``, ``decode``), kept in
-fixed rings like every other statistic (the summary's ``gpu_ms``).
+events around each step of one batch in ``_TIME_EVERY`` give per-stage GPU times (``upload``, ``preprocess``,
+``infer``, ``decode``), kept in fixed rings like every other statistic (the summary's ``gpu_ms``).
+
+The interpreter lock: at many streams the slot threads, the capture collector and the results thread share one
+lock, and a thread that gives it up (a blocking call) may wait up to the switch interval (5 ms) to get it back. So
+a batch gives it up in ONNX Runtime's run, and in the last wait only when the tail is slower than a short poll;
+the uploads, launches and the copy back are driver calls that only queue work and keep it (docs/pipeline.md).
 
 Memory: :func:`choose_memory_mode` picks zero-copy (mapped page-locked memory) on integrated GPUs that
 can map host memory, pinned copies on discrete GPUs; both can be asked for (``runtime.memory``). On a
@@ -70,6 +75,12 @@ GPU_STAGES = ("upload", "preprocess", "infer", "decode")
 _PRE, _INFER, _POST = STAGES.index("preprocess"), STAGES.index("infer"), STAGES.index("postprocess")
 #: Rows of the GPU candidate buffer; a frame with more candidates is decoded on the host from the whole output.
 CANDIDATES = 1024
+#: The per-stage GPU times are taken on one batch in this many: each event record or read is a driver call made
+#: with the interpreter lock held (nine per timed batch), and the rings are quantiles of a sample anyway.
+_TIME_EVERY = 8
+#: How long a slot polls for its tail (filter, NMS, the copy back) keeping the interpreter lock before it waits
+#: giving it up (backends.cuda.synchronize_briefly_holding_gil says why).
+_TAIL_SPIN_S = 0.0003
 
 
 def choose_memory_mode(requested: str, integrated: bool, can_map: bool) -> str:
@@ -162,6 +173,7 @@ class GpuSlot(ProcessorSlot):
                                       self.device, mapped=self.zero_copy)
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
+        self._calls = 0
 
     def active(self) -> AbstractContextManager[object]:
         return self.device.active()
@@ -226,40 +238,54 @@ class GpuSlot(ProcessorSlot):
         and one mapping for the batch) is returned as a call that any thread may make. Frames whose candidates
         overflowed are decoded here, from the whole output, before the next batch overwrites it. The pipeline
         makes the call on the slot's own thread (:mod:`edgert.pipeline.results` says why: measured)."""
+        from edgert.backends.cuda import synchronize_briefly_holding_gil
+
         t0 = time.perf_counter()
-        s, ev = self.stream, self.events
-        ev[0].record(s)
+        s = self.stream
+        timed = self._calls % _TIME_EVERY == 0
+        self._calls += 1
+        ev = self.events if timed else None
+        if ev:
+            ev[0].record(s)
         places = self._stage_in(frames)
-        ev[1].record(s)
+        if ev:
+            ev[1].record(s)
         transforms = self.proc.letterbox.enqueue_batch(0, places, self.params, self.params_dev.ptr,
                                                        self.input_ptr, self.input_stride, s)
-        ev[2].record(s)
+        if ev:
+            ev[2].record(s)
         t1 = time.perf_counter()
         if self.nms is not None and self.filter is not None:
-            # Everything queued, one wait: the lock is given up here and in ONNX Runtime's run only.
+            # The lock is given up in ONNX Runtime's run (which waits for the model) and, only when the tail takes
+            # longer than a poll, in the last wait; the detections come back in one copy.
             self.session.compute_async()
-            ev[3].record(s)
+            if ev:
+                ev[3].record(s)
             self.filter.enqueue(self.output_ptr, s, len(frames), copy_back=False)
-            self.nms.enqueue(self.filter.buf_ptr, transforms, s)
-            ev[4].record(s)
-            s.synchronize()
+            self.nms.enqueue(self.filter.counters_ptr, self.filter.buf_ptr, transforms, s)
+            if ev:
+                ev[4].record(s)
+            synchronize_briefly_holding_gil(s, _TAIL_SPIN_S)
             t2 = time.perf_counter()
             later = self._collect_nms(transforms)
         else:
             self.session.compute_only()  # runs on self.stream and synchronises it
-            ev[3].record(s)
+            if ev:
+                ev[3].record(s)
             t2 = time.perf_counter()
             if self.filter is not None:
                 self.filter.enqueue(self.output_ptr, s, len(frames))
-            ev[4].record(s)
+            if ev:
+                ev[4].record(s)
             s.synchronize()
             later = self._collect(transforms)
         t3 = time.perf_counter()
-        g = self.gpu_times
-        g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
-        g["preprocess"].add(ev[2].elapsed_ms(ev[1]) / 1e3)
-        g["infer"].add(ev[3].elapsed_ms(ev[2]) / 1e3)
-        g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
+        if ev:
+            g = self.gpu_times
+            g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
+            g["preprocess"].add(ev[2].elapsed_ms(ev[1]) / 1e3)
+            g["infer"].add(ev[3].elapsed_ms(ev[2]) / 1e3)
+            g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
         for timing in timings:
             timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
             # waits for upload + letterbox + the model on this slot's stream (with gpu_nms: and the filter, NMS
@@ -380,7 +406,7 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
-            why = gpu_nms_fits(probe, candidates) if self.gpu_decode and gpu_nms else "not asked for"
+            why = gpu_nms_fits(probe, candidates, batch) if self.gpu_decode and gpu_nms else "not asked for"
             self.gpu_nms = not why
             if self.gpu_decode and gpu_nms and why:
                 log.info("NMS on the host: %s", why)

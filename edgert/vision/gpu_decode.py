@@ -201,12 +201,18 @@ class GpuCandidateFilter:
 
     @property
     def buf_ptr(self) -> int:
-        """Device address of the per-sample regions (header row with the count, then the rows)."""
+        """Device address of the per-sample regions (header row for the count, then the rows)."""
         return int(self._buf_ptr)
+
+    @property
+    def counters_ptr(self) -> int:
+        """Device address of the per-sample counters (int32), which the next filter launch expects at 0."""
+        return int(self._counters.ptr)
 
     def enqueue(self, output_ptr: int, stream: Any, count: int = 1, copy_back: bool = True) -> None:
         """Filter the first ``count`` samples of the output at device address ``output_ptr`` and start
-        bringing their rows back (not with ``copy_back=False``: the GPU NMS reads them where they are)."""
+        bringing their rows back. ``copy_back=False`` (the GPU NMS, which reads the rows where they are): only
+        the filter launch; the caller's next kernel takes the counts from :attr:`counters_ptr` and resets them."""
         from edgert.backends.cuda import copy_dtoh_async
 
         if not 1 <= count <= self.batch:
@@ -226,10 +232,12 @@ class GpuCandidateFilter:
             ),
             stream,
         )
+        if not copy_back:
+            return
         self._take.launch((1, 1, 1), (max(32, count), 1, 1),
                           (np.uintp(self._counters.ptr), np.uintp(self._buf_ptr), np.int32(count),
                            np.int32(self.capacity)), stream)
-        if copy_back and not self.mapped:
+        if not self.mapped:
             copy_dtoh_async(self.host[: count * self._region], self._buf_ptr, stream)
 
     def count(self, k: int = 0) -> int:

@@ -6,8 +6,11 @@ several times per batch on each slot thread, and each time the thread waited to 
 pipeline threads: at 16 NanoDet streams on the H200 that step took 5-6 ms of wall time per batch for about 2 ms
 of work (docs/pipeline.md). ``kernels/nms.cu`` does the same steps on the device, step for step (class filter,
 best-first order, OpenCV's greedy class-aware NMS, ``max_det``, the mapping to the frame in float32), one block
-per sample and one launch for the batch; a second launch packs every sample's boxes one after another, and one
-copy brings them back with the per-sample counts. The host then cuts each frame's :class:`Detections` out of
+per sample and one launch for the batch, whose last block packs every sample's boxes one after another; one copy
+brings them back with the per-sample counts. The launch also takes each sample's count from the filter's device
+counter and resets it, so the filter's own count launch is not made: every launch and copy is a driver call made
+while the slot's thread holds the interpreter lock (measured on the H200: about 10-40 us each with three slots
+and ONNX Runtime's threads calling the driver at once). The host then cuts each frame's :class:`Detections` out of
 three arrays: a fixed number of numpy calls per batch and one constructor per frame.
 
 A sample whose candidates overflowed the filter's buffer is flagged (a negative count) and decoded on the host from the
@@ -41,12 +44,17 @@ _SHARED_PER_ROW = 34
 _SHARED_LIMIT = 48 * 1024  # what every CUDA GPU gives a block without opting in
 
 
-def gpu_nms_fits(decoder: Decoder, capacity: int) -> str:
+def _shared_bytes(capacity: int, batch: int) -> int:
+    """The NMS kernel's dynamic shared memory: the packing's offsets (16-byte aligned), then the rows."""
+    return -(-(4 * (batch + 1)) // 16) * 16 + capacity * _SHARED_PER_ROW
+
+
+def gpu_nms_fits(decoder: Decoder, capacity: int, batch: int = 1) -> str:
     """Why the GPU NMS cannot take this decoder's finishing step ('' when it can)."""
     config = getattr(decoder, "config", None)
     if config is None or getattr(decoder, "_finish_batch", None) is None:
         return f"decoder {getattr(decoder, 'kind', '?')} has no batch finishing step"
-    if capacity * _SHARED_PER_ROW > _SHARED_LIMIT:
+    if _shared_bytes(capacity, batch) > _SHARED_LIMIT:
         return f"{capacity} candidate rows do not fit the NMS kernel's shared memory"
     if int(config.max_det) < 1:
         return "decode.max_det < 1"
@@ -64,9 +72,9 @@ class GpuNms:
 
     def __init__(self, decoder: Decoder, num_classes: int, capacity: int, batch: int, device: Any,
                  mapped: bool = False) -> None:
-        from edgert.backends.cuda import compile_kernels
+        from edgert.backends.cuda import compile_kernels, memset_d32_async
 
-        why = gpu_nms_fits(decoder, capacity)
+        why = gpu_nms_fits(decoder, capacity, batch)
         if why:
             raise ModelError(f"GPU NMS: {why}")
         config = decoder.config  # type: ignore[attr-defined]  # gpu_nms_fits checked it is there
@@ -83,11 +91,13 @@ class GpuNms:
         cap = self.batch * self.max_det
         words = self._batch_pad + cap * _KEPT_COLS
         with device.active():
-            kernels = compile_kernels(kernel_source("nms.cu"), ("edgert_nms_batch", "edgert_nms_compact"))
-            self._nms = kernels["edgert_nms_batch"]
-            self._compact = kernels["edgert_nms_compact"]
+            self._nms = compile_kernels(kernel_source("nms.cu"), ("edgert_nms_batch",))["edgert_nms_batch"]
             self._kept = device.alloc(4 * cap * _KEPT_COLS)
             self._kept_count = device.alloc(4 * self.batch)
+            self._finished = device.alloc(4)  # the blocks' tickets: the last one packs (reset by it)
+            stream = device.stream()
+            memset_d32_async(self._finished.ptr, 0, 1, stream)
+            stream.synchronize()
             self.table = device.pinned_empty((self.batch, _TABLE_COLS), np.float32)
             self._table_dev = device.alloc(self.table.nbytes)
             self.host = device.pinned_empty((words,), np.int32, mapped=mapped)
@@ -107,7 +117,6 @@ class GpuNms:
                 staged = device.pinned_empty(flags.shape, np.uint8)
                 staged[:] = flags
                 self._allowed = device.alloc(flags.nbytes)
-                stream = device.stream()
                 self._allowed.copy_from_host_async(staged, stream)
                 stream.synchronize()
                 self._num_allowed = np.int32(flags.shape[0])
@@ -116,13 +125,15 @@ class GpuNms:
         self._xyxy = floats[: cap * 4].reshape(cap, 4)
         self._conf = floats[cap * 4: cap * 5]
         self._cls = self.host[self._batch_pad + cap * 5: self._batch_pad + cap * 6]
-        self._shared = self.capacity * _SHARED_PER_ROW
         self._args_tail = (self.iou, self.agnostic, np.int32(self.max_det), np.uintp(self._kept.ptr),
-                           np.uintp(self._kept_count.ptr))
+                           np.uintp(self._kept_count.ptr), np.uintp(self._finished.ptr), np.int32(self._batch_pad),
+                           np.uintp(self._out_ptr))
 
-    def enqueue(self, buf_ptr: int, transforms: Sequence[LetterboxTransform], stream: Any) -> None:
-        """NMS for the first ``len(transforms)`` samples of the filter's buffer at ``buf_ptr`` and the copy back
-        of their final boxes, on ``stream``; nothing waits here."""
+    def enqueue(self, counters_ptr: int, buf_ptr: int, transforms: Sequence[LetterboxTransform],
+                stream: Any) -> None:
+        """NMS for the first ``len(transforms)`` samples of the filter's buffer at ``buf_ptr`` (their counts in
+        the filter's device counters at ``counters_ptr``, reset here) and the copy back of their final boxes, on
+        ``stream``; nothing waits here."""
         from edgert.backends.cuda import copy_dtoh_async_pinned, copy_htod_async_pinned
 
         n = len(transforms)
@@ -134,12 +145,9 @@ class GpuNms:
         copy_htod_async_pinned(self._table_dev.ptr, self.table[:n], stream)
         allowed = 0 if self._allowed is None else self._allowed.ptr
         self._nms.launch((n, 1, 1), (_THREADS, 1, 1),
-                         (np.uintp(buf_ptr), np.int32(self.capacity), np.uintp(self._table_dev.ptr),
-                          np.uintp(allowed), self._num_allowed, *self._args_tail), stream, shared=self._shared)
-        self._compact.launch((1, 1, 1), (_THREADS, 1, 1),
-                             (np.uintp(self._kept.ptr), np.uintp(self._kept_count.ptr), np.int32(n),
-                              np.int32(self._batch_pad), np.int32(self.max_det), np.uintp(self._out_ptr)),
-                             stream, shared=4 * (n + 1))
+                         (np.uintp(counters_ptr), np.uintp(buf_ptr), np.int32(self.capacity),
+                          np.uintp(self._table_dev.ptr), np.uintp(allowed), self._num_allowed, *self._args_tail),
+                         stream, shared=_shared_bytes(self.capacity, n))
         if not self.mapped:
             copy_dtoh_async_pinned(self.host, self._out_ptr, stream)
 
@@ -170,7 +178,7 @@ class GpuNms:
 
     def close(self) -> None:
         with self.device.active():
-            for buf in (self._kept, self._kept_count, self._table_dev, self._out_dev, self._allowed):
+            for buf in (self._kept, self._kept_count, self._finished, self._table_dev, self._out_dev, self._allowed):
                 if buf is not None:
                     buf.free()
             self._out_dev = None
