@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -395,36 +394,3 @@ def copy_dtoh_async_pinned(host: np.ndarray, ptr: int, stream: Stream) -> None:
     if code != 0:
         raise BackendError(f"cuMemcpyDtoHAsync of {host.nbytes} bytes failed with CUDA error {code}")
 
-
-_query_holding_gil: Any = None
-_NOT_READY = 600  # CUDA_ERROR_NOT_READY
-
-
-def synchronize_briefly_holding_gil(stream: Stream, spin_s: float) -> None:
-    """Wait for ``stream``: first poll it (``cuStreamQuery``) for up to ``spin_s`` seconds keeping the GIL, then,
-    if it is still busy, wait in ``synchronize`` (which gives the GIL up).
-
-    For the short tail a GPU slot queues after the model (filter, NMS, one copy): a thread that gives the lock up
-    for tens of microseconds then waits to get it back behind the pipeline's other threads, up to the
-    interpreter's switch interval (5 ms) when they run Python meanwhile.
-    """
-    global _query_holding_gil
-    fn = _query_holding_gil
-    if fn is None:
-        import ctypes
-
-        fn = _libcuda_holding_gil().cuStreamQuery
-        fn.argtypes = [ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _query_holding_gil = fn
-    handle = stream.handle
-    deadline = time.perf_counter() + spin_s
-    while True:
-        code = fn(handle)
-        if code == 0:
-            return
-        if code != _NOT_READY:
-            raise BackendError(f"cuStreamQuery failed with CUDA error {code}")
-        if time.perf_counter() >= deadline:
-            break
-    stream.synchronize()

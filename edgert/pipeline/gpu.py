@@ -26,8 +26,8 @@ events around each step of one batch in ``_TIME_EVERY`` give per-stage GPU times
 
 The interpreter lock: at many streams the slot threads, the capture collector and the results thread share one
 lock, and a thread that gives it up (a blocking call) may wait up to the switch interval (5 ms) to get it back. So
-a batch gives it up in ONNX Runtime's run, and in the last wait only when the tail is slower than a short poll;
-the uploads, launches and the copy back are driver calls that only queue work and keep it (docs/pipeline.md).
+a batch gives it up twice, in ONNX Runtime's run and in the one wait for the tail; the uploads, launches and the
+copy back are driver calls that only queue work and keep it (docs/pipeline.md).
 
 Memory: :func:`choose_memory_mode` picks zero-copy (mapped page-locked memory) on integrated GPUs that
 can map host memory, pinned copies on discrete GPUs; both can be asked for (``runtime.memory``). On a
@@ -78,9 +78,6 @@ CANDIDATES = 1024
 #: The per-stage GPU times are taken on one batch in this many: each event record or read is a driver call made
 #: with the interpreter lock held (nine per timed batch), and the rings are quantiles of a sample anyway.
 _TIME_EVERY = 8
-#: How long a slot polls for its tail (filter, NMS, the copy back) keeping the interpreter lock before it waits
-#: giving it up (backends.cuda.synchronize_briefly_holding_gil says why).
-_TAIL_SPIN_S = 0.0003
 
 
 def choose_memory_mode(requested: str, integrated: bool, can_map: bool) -> str:
@@ -238,8 +235,6 @@ class GpuSlot(ProcessorSlot):
         and one mapping for the batch) is returned as a call that any thread may make. Frames whose candidates
         overflowed are decoded here, from the whole output, before the next batch overwrites it. The pipeline
         makes the call on the slot's own thread (:mod:`edgert.pipeline.results` says why: measured)."""
-        from edgert.backends.cuda import synchronize_briefly_holding_gil
-
         t0 = time.perf_counter()
         s = self.stream
         timed = self._calls % _TIME_EVERY == 0
@@ -256,8 +251,9 @@ class GpuSlot(ProcessorSlot):
             ev[2].record(s)
         t1 = time.perf_counter()
         if self.nms is not None and self.filter is not None:
-            # The lock is given up in ONNX Runtime's run (which waits for the model) and, only when the tail takes
-            # longer than a poll, in the last wait; the detections come back in one copy.
+            # The lock is given up twice: in ONNX Runtime's run (which waits for the model itself) and in the one
+            # wait for the tail (filter, NMS, the copy back of the batch's detections). Polling for the tail
+            # with the lock held instead was tried on the H200 and did not pay (docs/pipeline.md).
             self.session.compute_async()
             if ev:
                 ev[3].record(s)
@@ -265,7 +261,7 @@ class GpuSlot(ProcessorSlot):
             self.nms.enqueue(self.filter.counters_ptr, self.filter.buf_ptr, transforms, s)
             if ev:
                 ev[4].record(s)
-            synchronize_briefly_holding_gil(s, _TAIL_SPIN_S)
+            s.synchronize()
             t2 = time.perf_counter()
             later = self._collect_nms(transforms)
         else:
