@@ -183,40 +183,54 @@ class GpuSlot(ProcessorSlot):
         straight from there. Any other frame is first copied into the slot's staging buffer. Frames sit
         packed in the device staging buffer, ``_ALIGN`` apart.
         """
-        from edgert.backends.cuda import copy_htod_async_pinned as copy_htod_async  # both sides page-locked
+        from edgert.backends.cuda import copy_htod_address_pinned, copy_htod_batch_pinned  # both page-locked
 
         known = self.proc.frame_buffers
-        plan: list[tuple[np.ndarray, int, int, int, int | None]] = []  # frame, h, w, staging offset, mapped ptr
+        plan: list[tuple[np.ndarray, int, int, int, int | None, int]] = []  # frame, h, w, offset, mapped ptr, addr
         end = 0
         for frame in frames:
             h, w = check_frame(frame)
-            own = known.get(frame.__array_interface__["data"][0]) if frame.flags.c_contiguous else None
+            addr = frame.__array_interface__["data"][0]
+            own = known.get(addr) if frame.flags.c_contiguous else None
             if own is not None and own[0] < frame.nbytes:
                 own = None  # a larger frame than the buffer at that address was made for: not ours
             if own is not None and self.zero_copy:
-                plan.append((frame, h, w, -1, own[1]))
+                plan.append((frame, h, w, -1, own[1], addr))
                 continue
-            plan.append((frame, h, w, end, None if own is None else 0))
+            plan.append((frame, h, w, end, None if own is None else 0, addr))
             end += -(-(h * w * 3) // _ALIGN) * _ALIGN
         staging = self.staging
         if end:
             staging.ensure(self.device, end, self.zero_copy)
         host = staging.host
         places: list[tuple[int, int, int]] = []
-        for frame, h, w, offset, mapped in plan:
+        dsts: list[int] = []  # the uploads, made at the end in one driver call where the driver has one
+        srcs: list[int] = []
+        sizes: list[int] = []
+        for frame, h, w, offset, mapped, addr in plan:
             if offset < 0:  # zero-copy, our buffer: the kernel reads the frame itself
                 places.append((int(mapped or 0), h, w))
                 continue
+            nbytes = h * w * 3
             if mapped is None:  # someone else's array: through the staging buffer
                 if host is None:  # pragma: no cover - ensure always sets it
                     raise RuntimeError("staging buffer missing")
-                region = host[offset:offset + h * w * 3]
+                region = host[offset:offset + nbytes]
                 np.copyto(region.reshape(h, w, 3), frame)
+                addr = region.__array_interface__["data"][0]
                 if not self.zero_copy:
-                    copy_htod_async(staging.ptr + offset, region, self.stream)
+                    dsts.append(staging.ptr + offset)
+                    srcs.append(addr)
+                    sizes.append(nbytes)
             else:  # our page-locked buffer, discrete GPU: one DMA straight from it
-                copy_htod_async(staging.ptr + offset, frame, self.stream)
+                dsts.append(staging.ptr + offset)
+                srcs.append(addr)
+                sizes.append(nbytes)
             places.append((staging.ptr + offset, h, w))
+        if len(dsts) > 1 and copy_htod_batch_pinned(dsts, srcs, sizes, self.stream):
+            return places
+        for dst, src, nbytes in zip(dsts, srcs, sizes):
+            copy_htod_address_pinned(dst, src, nbytes, self.stream)
         return places
 
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
