@@ -32,7 +32,7 @@ from edgert.vision.detections import Detections
 from edgert.vision.gpu_preprocess import kernel_source
 from edgert.vision.preprocess import LetterboxTransform
 
-__all__ = ["GpuNms", "gpu_nms_fits"]
+__all__ = ["GpuNms", "gpu_nms_fits", "split_packed"]
 
 log = logging.getLogger(__name__)
 
@@ -155,26 +155,7 @@ class GpuNms:
         """Each of the first ``n`` samples' detections (after the stream has synchronised), None where the
         sample's candidates overflowed the filter's buffer (the caller decodes it from the whole output), and
         the candidate counts of those that overflowed."""
-        counts = self._counts[:n].tolist()
-        overflowed = [-c for c in counts if c < 0]
-        total = sum(c for c in counts if c > 0)
-        if not total:
-            return [self._empty if c >= 0 else None for c in counts], overflowed
-        # Copies: the buffers are refilled by the next batch, the detections live on in sinks and trackers.
-        xyxy = self._xyxy[:total].copy()
-        conf = self._conf[:total].copy()
-        cls = self._cls[:total].copy()
-        names = self.names
-        out: list[Detections | None] = []
-        a = 0
-        for c in counts:
-            if c > 0:
-                b = a + c
-                out.append(Detections.trusted(xyxy[a:b], conf[a:b], cls[a:b], names))
-                a = b
-            else:
-                out.append(self._empty if c == 0 else None)
-        return out, overflowed
+        return split_packed(self._counts[:n].tolist(), self._xyxy, self._conf, self._cls, self.names, self._empty)
 
     def close(self) -> None:
         with self.device.active():
@@ -184,3 +165,29 @@ class GpuNms:
             self._out_dev = None
             self._allowed = None
             self.host = np.empty((0,), np.int32)
+
+
+def split_packed(counts: Sequence[int], xyxy: np.ndarray, conf: np.ndarray, cls: np.ndarray,
+                 names: tuple[str, ...], empty: Detections) -> tuple[list[Detections | None], list[int]]:
+    """Cut the NMS kernel's packed output into one :class:`Detections` per sample: sample ``k`` has ``counts[k]``
+    boxes after those of the samples before it (``empty`` for 0; None for a negative count ``-n``: its ``n``
+    candidates overflowed, and ``n`` is in the second list). The arrays are copied once for the batch (the
+    buffers are refilled by the next batch, the detections live on in sinks and trackers); each frame's arrays
+    are views of those copies."""
+    overflowed = [-c for c in counts if c < 0]
+    total = sum(c for c in counts if c > 0)
+    if not total:
+        return [empty if c >= 0 else None for c in counts], overflowed
+    boxes = xyxy[:total].copy()
+    scores = conf[:total].copy()
+    classes = cls[:total].copy()
+    out: list[Detections | None] = []
+    a = 0
+    for c in counts:
+        if c > 0:
+            b = a + c
+            out.append(Detections.trusted(boxes[a:b], scores[a:b], classes[a:b], names))
+            a = b
+        else:
+            out.append(empty if c == 0 else None)
+    return out, overflowed
