@@ -6,8 +6,9 @@ max over classes per anchor on the device and compact the survivors into rows of
 ``cx, cy, w, h, score, class, anchor`` (one ``atomicAdd`` each), every sample of a batch in one launch;
 one small copy (or, zero-copy, none) brings them back, and the host finishes with the CPU decoder's own
 steps (class filter, NMS from :mod:`edgert.vision.nms`, mapping to the frame), so results are the same
-set as the numpy decoders give on the same output tensor. NMS stays on the CPU: after the filter the
-candidate count is small.
+set as the numpy decoders give on the same output tensor. The GPU slot normally leaves the rows on the device
+for :mod:`edgert.vision.gpu_nms` (the same finishing steps on the GPU); the host finishing here is its
+reference and the path without it.
 
 Layouts: ``yolov8`` [1, 4+C, N] and ``yolov5`` [1, N, 5+C] with float32 outputs. Anything else
 (end2end, EfficientNMS, float16 outputs) is decoded on the host from the full output, as before.
