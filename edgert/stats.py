@@ -71,42 +71,58 @@ class LatencyRing:
 LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+class _HistogramBank:
+    """Every source's histogram in one array (source, stage, bucket), so a batch of frames of many sources is
+    counted in one numpy call, not one per source (the results thread, scripts/profile_host.py)."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros((0, len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all
+        self.sums = np.zeros((0, len(STAGES)), np.float64)
+        self.lock = threading.Lock()
+
+    def new_row(self) -> int:
+        with self.lock:
+            row = self.counts.shape[0]
+            self.counts = np.concatenate([self.counts, np.zeros((1, *self.counts.shape[1:]), np.int64)])
+            self.sums = np.concatenate([self.sums, np.zeros((1, len(STAGES)), np.float64)])
+        return row
+
+
 class LatencyHistogram:
     """Counts of every frame's stage latencies per bucket, since start (the window above forgets; this does not).
 
-    One per source; the result thread writes it, the metrics endpoint reads a copy (:meth:`snapshot`).
+    One per source (a row of its :class:`PipelineStats`'s bank, or its own); the result thread writes it, the
+    metrics endpoint reads a copy (:meth:`snapshot`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bank: _HistogramBank | None = None) -> None:
         self._bounds = np.asarray(LATENCY_BUCKETS, np.float64)
-        self._counts = np.zeros((len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all
-        self._sums = np.zeros(len(STAGES), np.float64)
+        self.bank = bank if bank is not None else _HistogramBank()
+        self.row = self.bank.new_row()
         self._rows = np.arange(len(STAGES))
-        self._lock = threading.Lock()
 
     def add(self, timings: np.ndarray) -> None:
         """One frame's seconds per stage, in :data:`STAGES` order."""
         t = np.asarray(timings, np.float64)[: len(STAGES)]
         slot = np.searchsorted(self._bounds, t, side="left")  # first bound >= t: Prometheus's le is inclusive
-        with self._lock:
-            self._counts[np.arange(t.shape[0]), slot] += 1
-            self._sums[: t.shape[0]] += t
+        bank = self.bank
+        with bank.lock:
+            bank.counts[self.row, np.arange(t.shape[0]), slot] += 1
+            bank.sums[self.row, : t.shape[0]] += t
 
     def add_rows(self, timings: np.ndarray, buckets: np.ndarray) -> None:
         """Several frames' seconds per stage ((m, stages) rows) whose buckets (:func:`latency_buckets`) are known."""
         stages = timings.shape[1]
-        with self._lock:
-            if timings.shape[0] == 1:  # one frame of this source in the batch: the usual case
-                self._counts[self._rows[:stages], buckets[0]] += 1
-                self._sums[:stages] += timings[0]
-            else:
-                np.add.at(self._counts, (np.tile(self._rows[:stages], (timings.shape[0], 1)), buckets), 1)
-                self._sums[:stages] += timings.sum(axis=0)
+        bank = self.bank
+        with bank.lock:
+            np.add.at(bank.counts[self.row], (np.tile(self._rows[:stages], (timings.shape[0], 1)), buckets), 1)
+            bank.sums[self.row, :stages] += timings.sum(axis=0)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """(cumulative counts per stage and bucket, the last column being +Inf; sums per stage)."""
-        with self._lock:
-            return np.cumsum(self._counts, axis=1), self._sums.copy()
+        bank = self.bank
+        with bank.lock:
+            return np.cumsum(bank.counts[self.row], axis=1), bank.sums[self.row].copy()
 
 
 def latency_buckets(timings: np.ndarray) -> np.ndarray:
@@ -151,6 +167,11 @@ class PipelineStats:
         self.latency: dict[str, LatencyRing] = {stage: LatencyRing() for stage in STAGES}
         #: since-start latency histograms and event counts per source, for the metrics endpoint
         self.histograms: dict[str, LatencyHistogram] = {}
+        self._bank = _HistogramBank()  # their counts, all sources in one array
+        self._batch_sources: list[str] = []  # record_latencies: the last batch's sources, their rows in the bank
+        self._batch_rows = np.zeros((0, 1), np.intp)
+        self._batch_distinct = True
+        self._stage_rows = np.arange(len(STAGES))
         self.events: dict[tuple[str, str], int] = {}  # (source, event type) -> count
         self.analytics_by_source: dict[str, Any] = {}  # source -> Analytics.counts()
         #: board telemetry beside the watts (temperatures, clocks, throttling), set by the power sampler
@@ -172,11 +193,14 @@ class PipelineStats:
         now = time.perf_counter()
         for stage, seconds in zip(STAGES, timings.tolist()):
             self.latency[stage].add(seconds)
+        self._histogram(source).add(timings)
+        self.count_frame(detections, source, events, now)
+
+    def _histogram(self, source: str) -> LatencyHistogram:
         hist = self.histograms.get(source)
         if hist is None:
-            hist = self.histograms[source] = LatencyHistogram()
-        hist.add(timings)
-        self.count_frame(detections, source, events, now)
+            hist = self.histograms[source] = LatencyHistogram(self._bank)
+        return hist
 
     def record_latencies(self, timings: np.ndarray, sources: list[str]) -> None:
         """The stage latencies of a batch of frames at once: ``timings`` (n, stages) in :data:`STAGES` order, row
@@ -186,15 +210,18 @@ class PipelineStats:
         for k, stage in enumerate(STAGES):
             self.latency[stage].add_many(t[:, k])
         buckets = latency_buckets(t)
-        by_source: dict[str, Any] = {}
-        for i, source in enumerate(sources):
-            by_source.setdefault(source, []).append(i)
-        for source, rows in by_source.items():
-            rows = slice(rows[0], rows[0] + 1) if len(rows) == 1 else rows
-            hist = self.histograms.get(source)
-            if hist is None:
-                hist = self.histograms[source] = LatencyHistogram()
-            hist.add_rows(t[rows], buckets[rows])
+        if sources != self._batch_sources:  # a run's batches mostly come in the same order of sources
+            self._batch_rows = np.asarray([self._histogram(s).row for s in sources], np.intp)[:, None]
+            self._batch_sources = list(sources)
+            self._batch_distinct = len(set(sources)) == len(sources)
+        bank, stages = self._bank, self._stage_rows[None, : t.shape[1]]
+        with bank.lock:
+            if self._batch_distinct:  # one frame per source: no index twice, a plain fancy add
+                bank.counts[self._batch_rows, stages, buckets] += 1
+                bank.sums[self._batch_rows, stages] += t
+            else:
+                np.add.at(bank.counts, (self._batch_rows, stages, buckets), 1)
+                np.add.at(bank.sums, (self._batch_rows, stages), t)
 
     def count_frame(self, detections: int, source: str = "", events: list[dict[str, Any]] | None = None,
                     now: float | None = None) -> None:

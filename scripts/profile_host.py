@@ -5,7 +5,8 @@ A tiny real detector (a 32x32 stride-8 convolution, ONNX Runtime on the CPU, one
 a small real video, batch N, so what the run's process spends is the pipeline itself: capture hand-off,
 batching, the slots' host steps, the result path (stages, sinks, statistics). Two passes:
 
-1. plain: the main process's CPU seconds (all its threads, not the capture workers) per frame;
+1. plain: the main process's CPU seconds (all its threads, not the capture workers) per frame, and each
+   pipeline thread's own (``time.thread_time``) summed by role;
 2. profiled: a ``cProfile`` per pipeline thread, merged by role (capture, batcher, slot, results, other):
    Python function calls per frame and the top entries by own time.
 
@@ -49,10 +50,11 @@ def _config(model: Path, video: Path, streams: int, frames: int, capture: str, t
                           track=TrackConfig() if track else None)
 
 
-def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict[str, pstats.Stats]]:
+def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict[str, pstats.Stats], dict[str, float]]:
     from edgert.pipeline.runner import Pipeline
 
     profiles: list[tuple[str, cProfile.Profile]] = []
+    thread_cpu: dict[str, float] = {}  # role -> CPU seconds of its threads (time.thread_time, the plain pass)
     original = threading.Thread.run
 
     def run(self: threading.Thread) -> None:
@@ -64,8 +66,15 @@ def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict
         finally:
             p.disable()
 
-    if profile:
-        threading.Thread.run = run  # type: ignore[method-assign]
+    def timed(self: threading.Thread) -> None:
+        t0 = time.thread_time()
+        try:
+            original(self)
+        finally:
+            role = _role(self.name)
+            thread_cpu[role] = thread_cpu.get(role, 0.0) + time.thread_time() - t0
+
+    threading.Thread.run = run if profile else timed  # type: ignore[method-assign]
     try:
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
@@ -82,7 +91,7 @@ def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict
             by_role[role].add(p)
         else:
             by_role[role] = pstats.Stats(p)
-    return summary, wall, cpu, by_role
+    return summary, wall, cpu, by_role, thread_cpu
 
 
 def main() -> int:
@@ -100,13 +109,15 @@ def main() -> int:
         model = tiny_detector(Path(tmp) / "tiny.onnx", dynamic_batch=True)
         video = make_video(Path(tmp) / "v.avi", frames=50, size=(160, 120))
         config = _config(model, video, args.streams, args.frames, args.capture, args.track)
-        summary, wall, cpu, _ = _run(config, profile=False)
+        summary, wall, cpu, _, thread_cpu = _run(config, profile=False)
         frames = summary["frames"]
-        _, _, _, roles = _run(config, profile=True)
+        _, _, _, roles, _ = _run(config, profile=True)
     result: dict[str, Any] = {
         "machine": machine_info(), "streams": args.streams, "frames": frames, "capture": args.capture,
         "track": args.track, "batch": summary.get("batch"), "wall_s": round(wall, 2), "fps": summary["fps"],
-        "main_cpu_us_per_frame": round(cpu / frames * 1e6, 1), "roles": {}}
+        "main_cpu_us_per_frame": round(cpu / frames * 1e6, 1),
+        "thread_cpu_us_per_frame": {role: round(t / frames * 1e6, 1) for role, t in sorted(thread_cpu.items())},
+        "roles": {}}
     print(f"{args.streams} streams, {frames} frames, batch {summary.get('batch')}, capture {args.capture}, "
           f"track {args.track}: main process {cpu / frames * 1e6:.0f} us CPU per frame ({summary['fps']} fps here)")
     total = 0.0
@@ -120,7 +131,8 @@ def main() -> int:
         most = [{"function": f"{Path(f).name}:{line} {fn}", "calls_per_frame": round(nc / frames, 2)}
                 for (f, line, fn), (_, nc, _, _, _) in by_calls]
         result["roles"][role] = {"calls_per_frame": round(calls / frames, 1), "top": top, "most_called": most}
-        print(f"  {role:8s} {calls / frames:8.1f} calls/frame")
+        cpu_us = thread_cpu.get(role, 0.0) / frames * 1e6
+        print(f"  {role:8s} {calls / frames:8.1f} calls/frame {cpu_us:8.1f} us CPU/frame (unprofiled pass)")
         for row in top[:6]:
             print(f"           {row['calls_per_frame']:7.2f}  {row['own_us_per_frame']:7.1f} us  {row['function']}")
     result["calls_per_frame"] = round(total, 1)

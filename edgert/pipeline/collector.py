@@ -5,9 +5,11 @@ worker's message) and cost about 90 Python calls and five system calls in the pi
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
 NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
-for about 2 ms of work. The collector does a source's frame in one receive and a few attribute stores, polls
-every worker's pipe in one call, gives each worker its slots back in one message per wake, and tells the
-batcher once per wake.
+for about 2 ms of work. The collector polls every worker's pipe in one call, reads each ready pipe once (all
+the messages there), gets the frames the results thread finished in one hand-over per batch
+(:meth:`Collector.give_back`), gives each worker its slots back in one message per wake, and tells the batcher
+once per wake; per frame only its message's unpickling and a few attribute stores remain (about 32 Python calls
+a frame in all, 88 before: ``scripts/profile_host.py``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import select
 import threading
 import time
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from edgert.errors import EdgertError
+from edgert.stats import STAGES
 
 if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Feed, _Frame
@@ -39,17 +41,24 @@ __all__ = ["Collector", "collects"]
 log = logging.getLogger(__name__)
 
 _POLL_MS = 100  # how long a wait lasts before it checks for a stop or an abort (the capture threads' 0.1 s)
+_CAPTURE = STAGES.index("capture")
 
 
 def collects(feed: _Feed, paced: bool) -> bool:
     """Whether the collector reads ``feed``: an opened file source decoded by a worker, in a run not paced per frame."""
     source = feed.source
-    return (not paced and feed.opened and callable(getattr(source, "receive", None))
+    return (not paced and feed.opened and callable(getattr(source, "take", None))
             and not getattr(source, "live", False))
 
 
 class Collector:
-    """Reads ``feeds`` (all :func:`collects`) on one thread: :meth:`run`. ``cv`` is the batcher's condition."""
+    """Reads ``feeds`` (all :func:`collects`) on one thread: :meth:`run`. ``cv`` is the batcher's condition.
+
+    Per wake, not per frame: one ``poll`` for every pipe, one read of each pipe that has something
+    (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`), one message to each worker whose slots came
+    back, one lock for the frames the results thread gave back (:meth:`give_back`, once per batch) and one for
+    the batcher. Per frame only what is the frame's own: its message unpickled, its slot's view, its stamps.
+    """
 
     def __init__(self, state: RunState, feeds: Sequence[_Feed], cv: threading.Condition, limit: int | None) -> None:
         self.state = state
@@ -60,8 +69,24 @@ class Collector:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
+        self._lock = threading.Lock()
+        self._back: list[_Frame] = []  # given back, not yet sorted to their sources (under _lock)
+        self._open = True  # run() still sorts them (under _lock); after it, they go to the free lists at once
+        # A file's media time as edgert.vision.sources.media_time has it (a worker sends no frame times): its
+        # index over its rate, fixed once the source is open.
+        self._rates = {feed.index: float(getattr(feed.source, "fps", None) or 30.0) for feed in self.feeds}
         for feed in self.feeds:
-            feed.wake = self.wake
+            feed.give_back = self.give_back
+
+    def give_back(self, frames: Sequence[_Frame]) -> None:
+        """Finished frames of collected feeds (the results thread's, once per batch): this thread's next images."""
+        with self._lock:
+            if self._open:
+                self._back += frames
+                frames = ()
+        for f in frames:  # the collector is done: where a capture thread's frames wait
+            self.state.feeds[f.feed].free.put(f)
+        self.wake()
 
     def wake(self) -> None:
         # A full pipe has a wake pending already, and a closed one (the end) wants none: nothing to add either way.
@@ -70,109 +95,162 @@ class Collector:
 
     def close(self) -> None:
         for feed in self.feeds:
-            feed.wake = None
+            feed.give_back = None
         for fd in (self._r, self._w):
             with contextlib.suppress(OSError):  # closed already: close is safe to call twice
                 os.close(fd)
 
     def run(self) -> None:
         stop, abort = self.state.stopping, self.state.aborting
-        active = list(self.feeds)
-        idle: dict[int, list[_Frame]] = {feed.index: [] for feed in active}
-        by_fd = {feed.source.fileno(): feed for feed in active}  # type: ignore[attr-defined]
+        active = {feed.index: feed for feed in self.feeds}
+        idle: dict[int, list[_Frame]] = {feed.index: [] for feed in self.feeds}
+        paused: dict[int, int] = {}  # feeds whose source wants no reading for now: their fd, off the poll
+        touched: set[int] = set(active)  # feeds that got messages or frames back since they were last matched
         try:
+            by_fd = {feed.source.fileno(): feed for feed in self.feeds}  # type: ignore[attr-defined]
+            poller = select.poll()
+            poller.register(self._r, select.POLLIN)
+            for fd in by_fd:
+                poller.register(fd, select.POLLIN)
+            for feed in self.feeds:  # the frames allocate_frames put on the free lists
+                while feed.free.qsize():
+                    idle[feed.index].append(feed.free.get_nowait())
             while active and not stop.is_set():
-                self._take_back(active, idle)
-                poller = select.poll()
-                poller.register(self._r, select.POLLIN)
-                for fd, feed in by_fd.items():
-                    if idle[feed.index]:
+                self._sort_back(active, idle, touched)
+                got: list[_Frame] = []
+                ended: list[_Feed] = []
+                t0, now = time.perf_counter(), time.time()  # the wake's: its frames were all there by then
+                for index in touched:
+                    reading = active.get(index)
+                    if reading is not None and not self._match(reading, idle[index], got, t0, now):
+                        ended.append(reading)
+                touched.clear()
+                for feed in ended:
+                    del active[feed.index]
+                    fd = paused.pop(feed.index, None)
+                    if fd is None:
+                        fd = next(fd for fd, g in by_fd.items() if g is feed)
+                        poller.unregister(fd)
+                    del by_fd[fd]
+                    self._end(feed, idle)
+                for index, fd in list(paused.items()):  # take() made room: read its pipe again
+                    if active[index].source.wants_pull:  # type: ignore[attr-defined]
+                        del paused[index]
                         poller.register(fd, select.POLLIN)
+                if got or ended:
+                    with self.cv:
+                        feeds = self.state.feeds
+                        for f in got:
+                            feeds[f.feed].pending.append(f)
+                        self.cv.notify_all()
+                if not active or stop.is_set():
+                    break
                 ready = poller.poll(_POLL_MS)
                 if abort.is_set():
                     return
-                got: list[_Frame] = []
-                ended: list[_Feed] = []
                 for fd, _ in ready:
                     if fd == self._r:
                         self._drain()
                         continue
                     feed = by_fd[fd]
-                    if not idle[feed.index] or stop.is_set():
-                        continue
-                    f = self._one(feed, idle[feed.index])
-                    if f is None:
-                        ended.append(feed)
-                    else:
-                        got.append(f)
-                if ended:
-                    for feed in ended:
-                        active.remove(feed)
-                        by_fd = {fd: g for fd, g in by_fd.items() if g is not feed}
-                        self._end(feed, idle[feed.index])
-                if got or ended:
-                    with self.cv:
-                        for f in got:
-                            self.state.feeds[f.feed].pending.append(f)
-                        self.cv.notify_all()
+                    touched.add(feed.index)
+                    if not feed.source.pull():  # type: ignore[attr-defined]
+                        paused[feed.index] = fd
+                        poller.unregister(fd)
         finally:
-            for feed in active:
-                self._end(feed, idle[feed.index])
+            for feed in active.values():
+                self._end(feed, idle)
+            with self._lock:
+                self._open = False
+                back, self._back = self._back, []
+            for f in back:
+                self.state.feeds[f.feed].free.put(f)
 
-    def _take_back(self, feeds: Sequence[_Feed], idle: dict[int, list[_Frame]]) -> None:
-        """Frames the results thread gave back: kept for the next images, their slots back to the workers."""
-        for feed in feeds:
-            back = idle[feed.index]
-            had = len(back)
-            while True:
-                try:
-                    back.append(feed.free.get_nowait())
-                except queue.Empty:
-                    break
-            if len(back) > had:
-                feed.source.give_back([f.pixels for f in back[had:]])  # type: ignore[attr-defined]
+    def _sort_back(self, active: dict[int, _Feed], idle: dict[int, list[_Frame]], touched: set[int]) -> None:
+        """Frames the results thread gave back: kept for their sources' next images (their slots back to the
+        workers, one message per source), or on the free list of a source that ended."""
+        with self._lock:
+            back, self._back = self._back, []
+        if not back:
+            return
+        for f in back:
+            idle[f.feed].append(f)
+        for index in {f.feed for f in back}:
+            frames = idle[index]
+            feed = active.get(index)
+            if feed is None:  # ended: its frames wait on its free list, as a capture thread's do
+                for f in frames:
+                    self.state.feeds[index].free.put(f)
+                frames.clear()
+                continue
+            touched.add(index)
+            slots = [f.lent for f in frames if f.lent >= 0]
+            if slots:
+                for f in frames:
+                    f.lent = -1  # the worker's again (the frame's pixels still view it until its next image)
+                feed.source.give_back(slots)  # type: ignore[attr-defined]
 
-    def _one(self, feed: _Feed, idle: list[_Frame]) -> _Frame | None:
-        """The next frame of ``feed`` into one of its idle frames; None when the feed is done (ended, failed, limit)."""
-
+    def _match(self, feed: _Feed, idle: list[_Frame], got: list[_Frame], t0: float, now: float) -> bool:
+        """``feed``'s frames that arrived, into its idle frames, onto ``got``; False when the feed is done (ended,
+        failed, its limit). ``t0`` / ``now``: the wake's clocks (``perf_counter``, ``time``), its frames' start
+        and timestamp."""
         index = feed.done_reading
-        if self.limit is not None and index >= self.limit:
-            feed.end_reason = "max_frames"
-            return None
+        most = len(idle)
+        if self.limit is not None:
+            if index >= self.limit:
+                feed.end_reason = "max_frames"
+                return False
+            if most > self.limit - index:
+                most = self.limit - index
         source = feed.source
-        t0 = time.perf_counter()
-        try:
-            pixels = source.receive()  # type: ignore[attr-defined]
-        except EdgertError as exc:
+        taken, outcome = source.take(most)  # type: ignore[attr-defined]
+        if taken:
+            capture = time.perf_counter() - t0
+            rate = self._rates[feed.index]
+            for pixels, slot, current in taken:
+                f = idle.pop()
+                f.pixels = pixels  # the ring's slot (or the array that came through the pipe): the frame's until back
+                f.lent = slot
+                f.started = t0
+                f.timestamp = now
+                f.media_time = index / rate
+                f.index = index
+                f.meta = None  # a worker sends pixels and the file they came from (a frame's meta: audio chunks')
+                f.file = current
+                f.timings[_CAPTURE] = capture
+                if index == 0:
+                    from edgert.pipeline.startup import late_stages
+
+                    if not late_stages(self.state, feed):
+                        idle.append(f)
+                        feed.done_reading = index
+                        return False
+                    self.state.stats.mark_started()
+                index += 1
+                got.append(f)
+            feed.done_reading = index
+        if self.limit is not None and index >= self.limit:  # what came after its last frame is not read
+            feed.end_reason = "max_frames"
+            return False
+        if outcome is None:
+            return True
+        if isinstance(outcome, EdgertError):
             if len(self.state.feeds) == 1:
-                raise  # the run's only source: its failure is the run's
-            feed.error = str(exc)
+                raise outcome  # the run's only source: its failure is the run's
+            feed.error = str(outcome)
             feed.end_reason = "error"
-            log.error("source %s dropped out: %s; the other sources go on", feed.name, exc)
-            return None
-        if pixels is None:
-            reason = getattr(source, "end_reason", None)
-            if reason:
-                feed.end_reason = str(reason)
-            return None
-        f = idle.pop()
-        f.pixels = pixels  # the ring's slot (or the array that came through the pipe): the frame's until it is back
-        f.captured(source, index, t0)
-        if index == 0:
-            from edgert.pipeline.startup import late_stages
+            log.error("source %s dropped out: %s; the other sources go on", feed.name, outcome)
+            return False
+        reason = getattr(source, "end_reason", None)
+        if reason:
+            feed.end_reason = str(reason)
+        return False
 
-            if not late_stages(self.state, feed):
-                idle.append(f)
-                return None
-            self.state.stats.mark_started()
-        feed.done_reading = index + 1
-        return f
-
-    def _end(self, feed: _Feed, idle: list[_Frame]) -> None:
+    def _end(self, feed: _Feed, idle: dict[int, list[_Frame]]) -> None:
         """``feed`` reads no more: its idle frames back on its free list (what the stop deadline counts), ended."""
-        for f in idle:
+        for f in idle[feed.index]:
             feed.free.put(f)
-        idle.clear()
+        idle[feed.index].clear()
         if self.state.stopping.is_set() and feed.end_reason == "end of input":
             feed.end_reason = "stopped"
         with self.cv:
@@ -180,7 +258,7 @@ class Collector:
             self.cv.notify_all()
 
     def _drain(self) -> None:
-        """Empty the wake pipe: the wakes since the last poll are one wake."""
-        with contextlib.suppress(OSError):  # BlockingIOError: empty (it is non-blocking), drained
-            while os.read(self._r, 4096):
-                continue
+        """Empty the wake pipe: the wakes since the last poll are one wake. One read: a byte per batch since the
+        last poll is far below 64 KiB (were there more, the pipe stays readable and the next poll reads on)."""
+        with contextlib.suppress(OSError):  # BlockingIOError: empty after all (it is non-blocking)
+            os.read(self._r, 65536)

@@ -16,7 +16,7 @@ from edgert.redact import redact
 from edgert.stats import STAGES
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from edgert.analytics.stages import ResultStage
     from edgert.config import SourceConfig
@@ -41,6 +41,7 @@ class _Frame:
     started: float = 0.0
     file: str | None = None
     meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
+    lent: int = -1  # the capture worker's ring slot it holds, until given back (the collector's; -1: none)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
     def captured(self, source: PipelineSource, index: int, t0: float) -> None:
@@ -90,7 +91,8 @@ class _Feed:
         self.draw = False
         self.done = 0
         self.done_reading = 0  # frames read so far (the collector's count; a capture thread keeps its own)
-        self.wake: Callable[[], None] | None = None  # tells the collector that frames came back (collector.py)
+        #: where its finished frames go when not to ``free``: the collector's hand-back, one call per batch
+        self.give_back: Callable[[Sequence[_Frame]], None] | None = None
         self.detections = 0
         self.first_done: float | None = None
         self.last_done: float | None = None

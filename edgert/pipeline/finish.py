@@ -37,9 +37,10 @@ def finish(run: RunState, f: _Frame) -> None:
     f.timings[_TOTAL] = done - f.started
     _record(run, feed, f, detections, events, done)
     f.detections = None
-    feed.free.put(f)
-    if feed.wake is not None:
-        feed.wake()
+    if feed.give_back is not None:  # the collector's: it reads the source's next frame into it
+        feed.give_back((f,))
+    else:
+        feed.free.put(f)
     if not run.started:
         run.started = True
         run.notify("on_start", dict(run.info))

@@ -2,11 +2,13 @@
 
 Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
 the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
-(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings and
-histograms in a few numpy calls, :meth:`~edgert.stats.PipelineStats.record_latencies`), the detections per class
-(one ``bincount``) and the drop counters (once per 10 frames of each source). What stays per frame is what is
-per frame by nature: its source's result stages (tracking, lines, zones, in the source's order), the sinks, the
-frame counter the observers read, and giving the frame back to its source.
+(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings, and
+every source's histogram in one array, in a few numpy calls: :meth:`~edgert.stats.PipelineStats.record_latencies`),
+the detections per class (one ``bincount``), the drop counters (once per 10 frames of each source) and handing
+the frames of worker-decoded files back to the collector (one call). What stays per frame is what is per frame by
+nature: its source's result stages (tracking, lines, zones, in the source's order) and sinks (skipped without a
+call where it has none), the frame counter the observers read (they see every count: ``stats.frames % n``
+tests), its source's figures. About 20 Python calls a frame (44 before; ``scripts/profile_host.py``).
 
 The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
 (:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
@@ -20,7 +22,7 @@ statistics, the same observers' calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,45 +42,75 @@ _SINKS, _TOTAL = STAGES.index("sinks"), STAGES.index("total")
 
 def finish_batch(run: RunState, b: _Batch) -> None:
     """Every frame of ``b``, in order: result stages and sinks, then the batch's statistics, then each frame's
-    count, its source's figures, its buffer back and the observers."""
+    count, its source's figures and the observers; the frames back to their sources (the collector's in one
+    hand-over)."""
     frames = b.frames
     feeds = run.feeds
-    done: list[tuple[_Frame, _Feed, Detections, list[dict[str, object]], float]] = []
+    tracking = run.tracking
+    done: list[tuple[_Frame, _Feed, Detections, int, list[dict[str, object]], float]] = []
     t0 = time.perf_counter()
-    staged = run.tracking.apply(frames, run.aborting) if run.tracking is not None else None  # track.workers: one trip
+    staged = tracking.apply(frames, run.aborting) if tracking is not None else None  # track.workers: one trip
     share = (time.perf_counter() - t0) / len(frames) if staged is not None and frames else 0.0
+    t1 = time.perf_counter() - share  # the sinks' stage includes the stages, as in-process
     for i, f in enumerate(frames):
         feed = feeds[f.feed]
-        t1 = time.perf_counter() - share  # the sinks' stage includes the stages, as in-process
-        detections, events = apply_stages(run, feed, f) if staged is None else staged[i]
-        emit(run, feed, f, detections, events)
+        if staged is not None:
+            detections, events = staged[i]
+        elif feed.stages:
+            detections, events = apply_stages(run, feed, f)
+        else:  # no stages (the usual many-stream run): apply_stages's steps without its calls
+            found = f.detections
+            if found is None:
+                detections, events = apply_stages(run, feed, f)  # says what went wrong
+            else:
+                own = getattr(found, "events", None)  # a speech result's
+                detections, events = found, (_tagged(run, feed, own) if own else [])
+        if run.shared or feed.workers:
+            emit(run, feed, f, detections, events)
         now = time.perf_counter()
-        f.timings[_SINKS] = now - t1
-        f.timings[_TOTAL] = now - f.started
-        done.append((f, feed, detections, events, now))
+        timings = f.timings
+        timings[_SINKS] = now - t1
+        timings[_TOTAL] = now - f.started
+        done.append((f, feed, detections, len(detections), events, now))
+        t1 = now - share  # the next frame's stages start here
     stats = run.stats
     before = stats.frames
-    stats.record_latencies(np.stack([f.timings for f in frames]), [feed.name for _, feed, _, _, _ in done])
-    _count_classes(run.class_counts, [d for _, _, d, _, _ in done])
-    for f, feed, detections, events, now in done:
-        count = len(detections)
+    stats.record_latencies(np.array([f.timings for f in frames]), [feed.name for _, feed, _, _, _, _ in done])
+    _count_classes(run.class_counts, [d.class_id for _, _, d, count, _, _ in done if count])
+    give_back: Callable[[Sequence[_Frame]], None] | None = None
+    back: list[_Frame] = []
+    notify = run.notify
+    for f, feed, _, count, events, now in done:
         stats.count_frame(count, feed.name, events, now)
         record_source(run, feed, f, count, now)  # drop counters: once per batch, below
         f.detections = None
-        feed.free.put(f)
+        if feed.give_back is None:
+            feed.free.put(f)
+        else:  # one collector reads every collected source
+            give_back = feed.give_back
+            back.append(f)
         if not run.started:
             run.started = True
-            run.notify("on_start", dict(run.info))
-        run.notify("on_frame", stats)
-    for wake in {feed.wake for _, feed, _, _, _ in done if feed.wake is not None}:
-        wake()  # the collector reads these sources' next frames into the ones just given back
+            notify("on_start", dict(run.info))
+        notify("on_frame", stats)
+    if give_back is not None:
+        give_back(back)  # the collector reads these sources' next frames into them: one hand-over per batch
     every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each
     if before // every != stats.frames // every or before == 0:
         update_drops(run)
 
 
-def _count_classes(counts: dict[int, int], detections: Sequence[Detections]) -> None:
-    ids = [d.class_id for d in detections if len(d)]
+def _tagged(run: RunState, feed: _Feed, own: Sequence[dict[str, object]]) -> list[dict[str, object]]:
+    """A frame's own events, tagged with its source in a run of several, as :func:`apply_stages` has them."""
+    events = list(own)
+    if len(run.feeds) > 1:
+        for event in events:
+            event["source"] = feed.name
+    return events
+
+
+def _count_classes(counts: dict[int, int], ids: Sequence[np.ndarray]) -> None:
+    """Detections per class of a batch (``ids``: the class ids of each frame that found any) in one bincount."""
     if not ids:
         return
     values = np.concatenate(ids).astype(np.int64)

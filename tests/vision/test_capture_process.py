@@ -307,3 +307,64 @@ def test_process_capture_of_a_preloaded_source_is_refused_in_one_line(media: dic
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "cannot apply to a preloaded source" in lines[0], proc.stderr
+
+
+def _collected(source: Any, hold: int, kill_at: int | None = None) -> tuple[list[str], list[int], str | SourceError]:
+    """Every frame of ``source`` the way the collector reads it (poll, pull, take, give_back), holding at most
+    ``hold`` frames at a time (its worker killed at the ``kill_at``-th frame); the frames' digests, their slots,
+    and how it ended."""
+    import select
+
+    digests: list[str] = []
+    slots: list[int] = []
+    with source:
+        source.attach(hold)
+        poller = select.poll()
+        poller.register(source.fileno(), select.POLLIN)
+        held: list[int] = []
+        for _ in range(10_000):
+            if source.wants_pull and poller.poll(5000):
+                source.pull()
+            taken, outcome = source.take(hold - len(held))
+            for pixels, slot, _current in taken:
+                if len(digests) == kill_at:
+                    os.kill(source.worker_pid, signal.SIGKILL)
+                digests.append(hashlib.sha1(np.ascontiguousarray(pixels).tobytes()).hexdigest())
+                slots.append(slot)
+                if slot >= 0:
+                    held.append(slot)
+            source.give_back(held[:1])  # one back per round: the worker waits for slots now and then
+            del held[:1]
+            if outcome is not None:
+                return digests, slots, outcome
+    raise AssertionError("the source did not end")
+
+
+def test_the_collectors_reads_give_every_frame_whole_also_one_larger_than_a_read(tmp_path: Path) -> None:
+    """pull/take (the collector's): the pipe's messages framed as the worker's Connection writes them, a frame
+    sent through the pipe (larger than its slot, and than one read of the pipe) whole, in order, same pixels."""
+    import cv2
+
+    from edgert.vision.capture.process import _PULL_BYTES, ProcessCaptureSource
+    from edgert.vision.sources import open_source
+
+    rng = np.random.default_rng(3)
+    sizes = ((64, 48), (32, 40), (1024, 768), (64, 48), (48, 32), (1280, 720), (64, 48))
+    assert _PULL_BYTES < 1280 * 720 * 3  # the large ones take several reads
+    for i, (w, h) in enumerate(sizes):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+    ours = _frames(open_source(str(tmp_path)))
+    digests, slots, outcome = _collected(ProcessCaptureSource(SourceConfig(uri=str(tmp_path))), hold=2)
+    assert outcome == "end" and digests == ours and len(ours) == len(sizes)
+    assert slots[2] == slots[5] == -1 and min(slots[:2] + slots[3:5] + slots[6:]) >= 0
+
+
+def test_a_killed_worker_ends_the_collectors_reads_after_the_frames_it_sent(media: dict[str, Any]) -> None:
+    """A worker killed mid-file: the frames it had sent are taken, then its end of the pipe is the source's
+    error, saying how the worker ended."""
+    from edgert.vision.capture.process import ProcessCaptureSource
+
+    source = ProcessCaptureSource(SourceConfig(uri=str(media["long"][0])))
+    digests, _, outcome = _collected(source, hold=3, kill_at=30)
+    assert isinstance(outcome, SourceError) and "killed by SIGKILL" in str(outcome)
+    assert 30 <= len(digests) < 400

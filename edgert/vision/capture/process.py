@@ -19,13 +19,17 @@ frames the pipeline asked for at :meth:`attach` are kept until then).
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
+import os
+import pickle
 import select
 import signal
+import struct
 import threading
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -44,6 +48,10 @@ READ_AHEAD = 3
 DEFAULT_FRAMES = 4
 _OPEN_TIMEOUT_S = 60.0  # spawning + importing OpenCV + opening the source (an RTSP connect can take 10 s)
 _POLL_S = 0.1
+_PULL_BYTES = 1 << 20  # one read of the pipe: every slot message of a wake, or a good part of a frame sent whole
+_LENGTH, _LONG_LENGTH = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's message headers
+_GONE = ("gone",)  # the inbox's mark: the worker's end of the pipe closed here
+_NONE_YET: tuple[tuple[()], None] = ((), None)  # take(): nothing read yet
 
 
 def _how_it_ended(exitcode: int | None) -> str:
@@ -84,6 +92,11 @@ class ProcessCaptureSource(FrameSource):
         self._down: str | None = None  # a live source down at start whose worker waits to be told to go on
         self._late: tuple[int, Any] | None = None  # (frames, register) for the ring of a source not up yet
         self._held: tuple[Any, ...] | None = None  # a message read past the newest frame, for the next read
+        # pull()/take() (a collector's): whole messages read, the start of one not all there yet, the pipe's end
+        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._partial = bytearray()
+        self._pipe_closed = False
+        self._fd = -1
 
     # -- lifetime ---------------------------------------------------------------------------------------
     @property
@@ -104,7 +117,11 @@ class ProcessCaptureSource(FrameSource):
         self._proc.start()
         child.close()
         self._conn = parent
+        self._fd = int(parent.fileno())  # pull() and give_back() read and write it directly
         self._poller = None
+        self._inbox.clear()
+        self._partial = bytearray()
+        self._pipe_closed = False
         self._stopping.clear()
 
     def open(self) -> None:
@@ -194,7 +211,9 @@ class ProcessCaptureSource(FrameSource):
         if conn is not None:
             conn.close()
         self._proc = self._conn = None
+        self._fd = -1
         self._poller = None
+        self._inbox.clear()  # frames read and never taken: their slots go with the ring
         self._down = self._late = self._held = None
         if self._ring is not None:
             self._ring.close()
@@ -283,27 +302,108 @@ class ProcessCaptureSource(FrameSource):
             raise SourceError(f"{self.uri}: capture worker is not running")
         return int(self._conn.fileno())
 
-    def give_back(self, frames: list[Any]) -> None:
-        """Slots of ``frames`` (views :meth:`receive` handed out) free for the worker again: one message for all."""
-        ring = self._ring
-        if ring is None:
+    def give_back(self, slots: list[int]) -> None:
+        """Ring ``slots`` (as :meth:`take` named them) free for the worker again: one message for all, written
+        as ``Connection.send`` frames it (a dozen Python calls fewer per message, one per source and batch)."""
+        fd = self._fd
+        if not slots or self._ring is None or fd < 0:
             return
-        slots = [k for k in map(ring.slot_of, frames) if k is not None]
-        if slots:
-            self._send(("free", *slots))
+        body = pickle.dumps(("free", *slots), pickle.HIGHEST_PROTOCOL)
+        data = _LENGTH.pack(len(body)) + body
+        with self._send_lock:
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                pass  # the worker is gone: its pipe's end says how, at the next pull
 
-    def receive(self) -> np.ndarray | None:
-        """The next frame, once :meth:`fileno` is readable (a file source's, in order); None when the source ended
-        (``end_reason`` says why). What :meth:`read` does after its wait, without the wait: a collector thread
-        polls every worker's pipe at once instead of one thread blocking per source."""
-        ring, conn = self._ring, self._conn
-        if ring is None or conn is None or self._ended:
-            return None
+    @property
+    def wants_pull(self) -> bool:
+        """Whether :meth:`pull` should read the pipe when it is readable: not once the pipe has ended (it stays
+        readable), nor while the messages read fill the worker's ring and :meth:`take` took none of them (so a
+        worker that sends frames through the pipe, each larger than a slot, waits on the pipe as it does for a
+        reader that takes one message at a time)."""
+        ring = self._ring
+        return not self._pipe_closed and (ring is None or len(self._inbox) < ring.slots)
+
+    def pull(self) -> bool:
+        """Read what the worker's pipe holds (once :meth:`fileno` is readable) into whole messages for :meth:`take`.
+
+        One system call for every message that came since the last wake, where ``Connection.recv`` makes two per
+        message and a dozen Python calls (scripts/profile_host.py). The bytes are the framing the worker's
+        ``Connection.send`` writes (:mod:`multiprocessing.connection`: a 4-byte big-endian signed length, or -1
+        and an 8-byte one past 2 GiB, then the pickle); a message read in part waits here for its rest. The end
+        of the pipe (the worker gone) is a message too, after the ones before it. Returns :attr:`wants_pull`."""
+        if self._fd < 0 or self._pipe_closed:
+            return False
         try:
-            msg: tuple[Any, ...] = conn.recv()
-        except (EOFError, OSError):
-            self._gone("reading")
-        return self._frame_of(msg, ring)
+            data = os.read(self._fd, _PULL_BYTES)
+        except BlockingIOError:  # pragma: no cover - poll said readable; nothing after all
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            self._pipe_closed = True
+            self._inbox.append(_GONE)
+            return False
+        buf = self._partial
+        buf += data
+        pos, end = 0, len(buf)
+        with memoryview(buf) as view:
+            while end - pos >= 4:
+                (n,) = _LENGTH.unpack_from(buf, pos)
+                start = pos + 4
+                if n == -1:
+                    if end - start < 8:
+                        break
+                    (n,) = _LONG_LENGTH.unpack_from(buf, start)
+                    start += 8
+                if end - start < n:
+                    break
+                self._inbox.append(pickle.loads(view[start:start + n]))
+                pos = start + n
+        del buf[:pos]
+        return len(self._inbox) < self._ring.slots if self._ring is not None else True
+
+    def take(self, most: int) -> tuple[Sequence[tuple[np.ndarray, int, str | None]], str | SourceError | None]:
+        """Up to ``most`` of the frames :meth:`pull` read, in order, each as (its pixels: a view of its ring slot;
+        the slot, -1 for a frame that came through the pipe; its file), and what comes after them once no frame
+        is left before it: None (more may come), "end" (the source ended; ``end_reason`` says why) or the
+        :class:`SourceError` of a worker that failed or is gone (returned, not raised: the caller decides)."""
+        inbox, ring = self._inbox, self._ring
+        if not inbox or ring is None:
+            return _NONE_YET
+        frames: list[tuple[np.ndarray, int, str | None]] = []
+        while inbox and most:
+            msg = inbox[0]
+            kind = msg[0]
+            if kind != "frame":
+                if kind != "state":
+                    break
+                inbox.popleft()  # pragma: no cover - only a live source's worker sends counters between frames
+                self._apply(msg[1])
+                continue
+            inbox.popleft()
+            most -= 1
+            _, k, h, w, seq, counters, current, pixels = msg
+            if counters is not None:
+                self._apply(counters)
+            if seq != self._expected:  # pragma: no cover - the pipe keeps order; a bug if not
+                return frames, SourceError(f"{self.uri}: capture worker sent frame {seq}, expected {self._expected}")
+            self._expected = seq + 1
+            frames.append((ring.view(k, h, w) if k >= 0 else pixels, k, current))
+        if frames:
+            self.current = frames[-1][2]
+        if not inbox or inbox[0][0] == "frame" or self._ended:
+            return frames, None
+        msg = inbox.popleft()
+        if msg is _GONE:
+            return frames, self._gone_error("reading")
+        if msg[0] == "end":
+            self._ended = True
+            self._apply(msg[1])
+            return frames, "end"
+        return frames, SourceError(msg[1])
 
     def _take_counters(self, msg: tuple[Any, ...]) -> None:
         if msg[0] == "frame" and msg[5] is not None:
@@ -370,8 +470,11 @@ class ProcessCaptureSource(FrameSource):
 
     def _gone(self, doing: str) -> NoReturn:
         """The worker's end of the pipe closed: a SourceError saying how the worker ended."""
+        raise self._gone_error(doing)
+
+    def _gone_error(self, doing: str) -> SourceError:
         proc = self._proc
         if proc is not None:
             proc.join(timeout=1.0)
         code = None if proc is None else proc.exitcode
-        raise SourceError(f"{self.uri}: capture worker {_how_it_ended(code)} while {doing}")
+        return SourceError(f"{self.uri}: capture worker {_how_it_ended(code)} while {doing}")
