@@ -114,6 +114,7 @@ def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onn
             "host_cpu_cores": None if cores is None else round(cores, 2),
             "host_cpu_per_stream": None if cores is None else round(cores / streams, 3),
             "batch_note": s.get("batch_note"), "gpu_ms_infer_p50": (s.get("gpu_ms") or {}).get("infer", {}).get("p50"),
+            "gpu_ms_p50": {k: v.get("p50") for k, v in (s.get("gpu_ms") or {}).items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 

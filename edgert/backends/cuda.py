@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -220,7 +220,7 @@ class Kernel:
         self._prepared = ""
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...],
-               stream: Stream) -> None:
+               stream: Stream, shared: int = 0) -> None:
         # A prepared call packs the arguments with one struct format made once, where a plain call inspects
         # every argument every time: at thousands of launches a second the difference is host time.
         # Callers pass the same numpy scalar types on every launch of a kernel (its C signature), so the
@@ -229,7 +229,10 @@ class Kernel:
             if len(self._prepared) != len(args):
                 self._prepared = "".join(_STRUCT_CODES[np.dtype(type(a)).char] for a in args)
                 self.raw.prepare(self._prepared)
-            self.raw.prepared_async_call(grid, block, stream.raw, *args)
+            if shared:
+                self.raw.prepared_async_call(grid, block, stream.raw, *args, shared_size=shared)
+            else:
+                self.raw.prepared_async_call(grid, block, stream.raw, *args)
         except Exception as exc:
             raise BackendError(f"CUDA kernel {self.name} failed to launch: {exc}") from exc
 
@@ -341,6 +344,14 @@ def register_host_memory(array: np.ndarray, mapped: bool = False) -> HostRegistr
 
 
 _copy_holding_gil: Any = None
+_copy_back_holding_gil: Any = None
+
+
+def _libcuda_holding_gil() -> Any:
+    import ctypes
+    import ctypes.util
+
+    return ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
 
 
 def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
@@ -353,17 +364,86 @@ def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
     time (scripts/profile_pipeline.py, docs/pipeline.md). Pageable memory would make the call wait for the
     copy with the lock held: only page-locked buffers come here (the processor's own and the capture rings).
     """
+    copy_htod_address_pinned(ptr, host.__array_interface__["data"][0], host.nbytes, stream)
+
+
+def copy_htod_address_pinned(ptr: int, src: int, nbytes: int, stream: Stream) -> None:
+    """:func:`copy_htod_async_pinned` of ``nbytes`` at the page-locked host address ``src``."""
     global _copy_holding_gil
     fn = _copy_holding_gil
     if fn is None:
         import ctypes
-        import ctypes.util
 
-        lib = ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
-        fn = lib.cuMemcpyHtoDAsync_v2
+        fn = _libcuda_holding_gil().cuMemcpyHtoDAsync_v2
         fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         fn.restype = ctypes.c_int
         _copy_holding_gil = fn
-    code = fn(ptr, host.__array_interface__["data"][0], host.nbytes, stream.handle)
+    code = fn(ptr, src, nbytes, stream.handle)
     if code != 0:
-        raise BackendError(f"cuMemcpyHtoDAsync of {host.nbytes} bytes failed with CUDA error {code}")
+        raise BackendError(f"cuMemcpyHtoDAsync of {nbytes} bytes failed with CUDA error {code}")
+
+
+def copy_dtoh_async_pinned(host: np.ndarray, ptr: int, stream: Stream) -> None:
+    """Queue a copy of ``host.nbytes`` from device address ``ptr`` into the page-locked, C-contiguous ``host``,
+    keeping the GIL (:func:`copy_htod_async_pinned` says why: into page-locked memory the call only queues)."""
+    global _copy_back_holding_gil
+    fn = _copy_back_holding_gil
+    if fn is None:
+        import ctypes
+
+        fn = _libcuda_holding_gil().cuMemcpyDtoHAsync_v2
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _copy_back_holding_gil = fn
+    code = fn(host.__array_interface__["data"][0], ptr, host.nbytes, stream.handle)
+    if code != 0:
+        raise BackendError(f"cuMemcpyDtoHAsync of {host.nbytes} bytes failed with CUDA error {code}")
+
+
+
+_batch_copy: Any = None  # the driver's cuMemcpyBatchAsync_v2 once looked up; False where it has none
+
+
+def copy_htod_batch_pinned(dsts: Sequence[int], srcs: Sequence[int], sizes: Sequence[int], stream: Stream) -> bool:
+    """Queue several copies from page-locked host addresses ``srcs`` to device addresses ``dsts`` with one driver
+    call (``cuMemcpyBatchAsync``, CUDA 13's API), keeping the GIL; False when the driver has no such call or
+    refuses it (the caller then copies one by one, :func:`copy_htod_async_pinned`).
+
+    A batch of 16 frames was 16 ``cuMemcpyHtoDAsync`` calls, each one made while the slot's thread holds the
+    interpreter lock: at 16 NanoDet streams on the H200 they were 11 % of the lock's samples (docs/pipeline.md).
+    """
+    global _batch_copy
+    import ctypes
+
+    if _batch_copy is None:
+        try:
+            fn = _libcuda_holding_gil().cuMemcpyBatchAsync_v2
+        except AttributeError:  # a driver before CUDA 13 (JetPack 6: CUDA 12.x)
+            _batch_copy = False
+            return False
+
+        class _Location(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+        class _Attributes(ctypes.Structure):  # CUmemcpyAttributes
+            _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", _Location), ("dstLocHint", _Location),
+                        ("flags", ctypes.c_uint)]
+
+        u64p = ctypes.POINTER(ctypes.c_uint64)
+        fn.argtypes = [u64p, u64p, u64p, ctypes.c_size_t, ctypes.POINTER(_Attributes), u64p, ctypes.c_size_t,
+                       ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        attrs = (_Attributes * 1)()
+        attrs[0].srcAccessOrder = 1  # CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: the sources are read in stream order
+        _batch_copy = (fn, attrs, (ctypes.c_uint64 * 1)(0))
+    if _batch_copy is False:
+        return False
+    fn, attrs, first = _batch_copy
+    n = len(dsts)
+    arr = ctypes.c_uint64 * n
+    code = fn(arr(*dsts), arr(*srcs), arr(*sizes), n, attrs, first, 1, stream.handle)
+    if code != 0:
+        log.warning("cuMemcpyBatchAsync failed with CUDA error %d: copying frames one by one", code)
+        _batch_copy = False
+        return False
+    return True

@@ -90,6 +90,16 @@ class GpuSession(Session):
             self._enqueue()
             self.stream.synchronize()
 
+    def compute_async(self) -> None:
+        """:meth:`compute_only` without the wait: the model is queued on ``self.stream`` and the caller queues
+        what follows it on the same stream and synchronises once (the GPU slot: one wait per batch)."""
+        with self.device.active():
+            self._enqueue_async()
+
+    def _enqueue_async(self) -> None:
+        """:meth:`_enqueue`, returning as soon as the work is queued (a backend that waits inside overrides it)."""
+        self._enqueue()
+
     # -- lifetime ----------------------------------------------------------------------------------
     def _release_model(self) -> None:
         """Drop framework objects (engine, context, ORT session) before the memory they point into."""

@@ -9,16 +9,25 @@ and a candidate buffer. The pipeline drives each slot from its own thread; for e
    staging buffer through its device address (on Jetson that is the same DRAM);
 3. runs the letterbox kernel once for the batch into the session's device input buffer;
 4. runs the model on the device buffers (``session.compute_only()``: IOBinding / tensor addresses, no host copies);
-5. runs the confidence filter once for the batch into the candidate buffer and copies the few rows back;
-6. synchronises the stream, then NMS and the mapping to the frame on the CPU.
+5. runs the confidence filter once for the batch into the candidate buffer, then (``gpu_nms``, the default
+   where the decoder allows it) NMS, ``max_det`` and the mapping to the frame for every sample in one launch
+   (:mod:`edgert.vision.gpu_nms`), and copies the batch's final boxes back in one copy;
+6. synchronises the stream once (the model was queued without ONNX Runtime's own wait: ``compute_async``)
+   and cuts each frame's detections out of three arrays. Without ``gpu_nms``: the filter's rows come back,
+   and the NMS and the mapping run on the CPU.
 
 So a batch of 8 costs the same handful of CUDA calls as one frame (measured before this: per-sample launches
 made 8 streams of nanodet host-bound, docs/pipeline.md).
 
 ONNX Runtime and TensorRT release the GIL while they run, so with two or more slots the upload and
 preprocessing of frame N+1 run while frame N infers, and the readback and NMS of N-1 overlap both. CUDA
-events around each step give per-stage GPU times (``upload``, ``preprocess``, ``infer``, ``decode``), kept in
-fixed rings like every other statistic (the summary's ``gpu_ms``).
+events around each step of one batch in ``_TIME_EVERY`` give per-stage GPU times (``upload``, ``preprocess``,
+``infer``, ``decode``), kept in fixed rings like every other statistic (the summary's ``gpu_ms``).
+
+The interpreter lock: at many streams the slot threads, the capture collector and the results thread share one
+lock, and a thread that gives it up (a blocking call) may wait up to the switch interval (5 ms) to get it back. So
+a batch gives it up twice, in ONNX Runtime's run and in the one wait for the tail; the uploads, launches and the
+copy back are driver calls that only queue work and keep it (docs/pipeline.md).
 
 Memory: :func:`choose_memory_mode` picks zero-copy (mapped page-locked memory) on integrated GPUs that
 can map host memory, pinned copies on discrete GPUs; both can be asked for (``runtime.memory``). On a
@@ -43,6 +52,7 @@ from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
 from edgert.vision.gpu_decode import GPU_DECODE_KINDS, GpuCandidateFilter, finish_candidates
+from edgert.vision.gpu_nms import GpuNms, gpu_nms_fits
 from edgert.vision.gpu_preprocess import BATCH_COLS, GpuLetterbox, LetterboxPlan
 from edgert.vision.opened import fill_other_inputs, open_model
 from edgert.vision.preprocess import LetterboxTransform, check_frame
@@ -65,6 +75,9 @@ GPU_STAGES = ("upload", "preprocess", "infer", "decode")
 _PRE, _INFER, _POST = STAGES.index("preprocess"), STAGES.index("infer"), STAGES.index("postprocess")
 #: Rows of the GPU candidate buffer; a frame with more candidates is decoded on the host from the whole output.
 CANDIDATES = 1024
+#: The per-stage GPU times are taken on one batch in this many: each event record or read is a driver call made
+#: with the interpreter lock held (nine per timed batch), and the rings are quantiles of a sample anyway.
+_TIME_EVERY = 8
 
 
 def choose_memory_mode(requested: str, integrated: bool, can_map: bool) -> str:
@@ -143,6 +156,7 @@ class GpuSlot(ProcessorSlot):
         # The decoder keeps scratch buffers, so each slot has its own (the host fallback uses it too).
         self.decoder: Decoder = make_decoder(proc.config.decode, proc.output_specs, session.metadata)
         self.filter: GpuCandidateFilter | None = None
+        self.nms: GpuNms | None = None
         with self.device.active():
             self.events = [self.device.event() for _ in range(5)]
             self.params = self.device.pinned_empty((self.batch, BATCH_COLS), np.int64)
@@ -151,8 +165,12 @@ class GpuSlot(ProcessorSlot):
                 shape = (1, *out.shape[1:])  # one sample's output
                 self.filter = GpuCandidateFilter(self.decoder, shape, self.device, proc.candidates,
                                                  mapped=self.zero_copy, batch=self.batch)
+                if proc.gpu_nms:
+                    self.nms = GpuNms(self.decoder, self.filter.num_classes, proc.candidates, self.batch,
+                                      self.device, mapped=self.zero_copy)
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
+        self._calls = 0
 
     def active(self) -> AbstractContextManager[object]:
         return self.device.active()
@@ -165,40 +183,54 @@ class GpuSlot(ProcessorSlot):
         straight from there. Any other frame is first copied into the slot's staging buffer. Frames sit
         packed in the device staging buffer, ``_ALIGN`` apart.
         """
-        from edgert.backends.cuda import copy_htod_async_pinned as copy_htod_async  # both sides page-locked
+        from edgert.backends.cuda import copy_htod_address_pinned, copy_htod_batch_pinned  # both page-locked
 
         known = self.proc.frame_buffers
-        plan: list[tuple[np.ndarray, int, int, int, int | None]] = []  # frame, h, w, staging offset, mapped ptr
+        plan: list[tuple[np.ndarray, int, int, int, int | None, int]] = []  # frame, h, w, offset, mapped ptr, addr
         end = 0
         for frame in frames:
             h, w = check_frame(frame)
-            own = known.get(frame.__array_interface__["data"][0]) if frame.flags.c_contiguous else None
+            addr = frame.__array_interface__["data"][0]
+            own = known.get(addr) if frame.flags.c_contiguous else None
             if own is not None and own[0] < frame.nbytes:
                 own = None  # a larger frame than the buffer at that address was made for: not ours
             if own is not None and self.zero_copy:
-                plan.append((frame, h, w, -1, own[1]))
+                plan.append((frame, h, w, -1, own[1], addr))
                 continue
-            plan.append((frame, h, w, end, None if own is None else 0))
+            plan.append((frame, h, w, end, None if own is None else 0, addr))
             end += -(-(h * w * 3) // _ALIGN) * _ALIGN
         staging = self.staging
         if end:
             staging.ensure(self.device, end, self.zero_copy)
         host = staging.host
         places: list[tuple[int, int, int]] = []
-        for frame, h, w, offset, mapped in plan:
+        dsts: list[int] = []  # the uploads, made at the end in one driver call where the driver has one
+        srcs: list[int] = []
+        sizes: list[int] = []
+        for frame, h, w, offset, mapped, addr in plan:
             if offset < 0:  # zero-copy, our buffer: the kernel reads the frame itself
                 places.append((int(mapped or 0), h, w))
                 continue
+            nbytes = h * w * 3
             if mapped is None:  # someone else's array: through the staging buffer
                 if host is None:  # pragma: no cover - ensure always sets it
                     raise RuntimeError("staging buffer missing")
-                region = host[offset:offset + h * w * 3]
+                region = host[offset:offset + nbytes]
                 np.copyto(region.reshape(h, w, 3), frame)
+                addr = region.__array_interface__["data"][0]
                 if not self.zero_copy:
-                    copy_htod_async(staging.ptr + offset, region, self.stream)
+                    dsts.append(staging.ptr + offset)
+                    srcs.append(addr)
+                    sizes.append(nbytes)
             else:  # our page-locked buffer, discrete GPU: one DMA straight from it
-                copy_htod_async(staging.ptr + offset, frame, self.stream)
+                dsts.append(staging.ptr + offset)
+                srcs.append(addr)
+                sizes.append(nbytes)
             places.append((staging.ptr + offset, h, w))
+        if len(dsts) > 1 and copy_htod_batch_pinned(dsts, srcs, sizes, self.stream):
+            return places
+        for dst, src, nbytes in zip(dsts, srcs, sizes):
+            copy_htod_address_pinned(dst, src, nbytes, self.stream)
         return places
 
     def process(self, frames: Sequence[np.ndarray], timings: Sequence[np.ndarray]) -> list[Detections]:
@@ -218,33 +250,69 @@ class GpuSlot(ProcessorSlot):
         overflowed are decoded here, from the whole output, before the next batch overwrites it. The pipeline
         makes the call on the slot's own thread (:mod:`edgert.pipeline.results` says why: measured)."""
         t0 = time.perf_counter()
-        s, ev = self.stream, self.events
-        ev[0].record(s)
+        s = self.stream
+        timed = self._calls % _TIME_EVERY == 0
+        self._calls += 1
+        ev = self.events if timed else None
+        if ev:
+            ev[0].record(s)
         places = self._stage_in(frames)
-        ev[1].record(s)
+        if ev:
+            ev[1].record(s)
         transforms = self.proc.letterbox.enqueue_batch(0, places, self.params, self.params_dev.ptr,
                                                        self.input_ptr, self.input_stride, s)
-        ev[2].record(s)
+        if ev:
+            ev[2].record(s)
         t1 = time.perf_counter()
-        self.session.compute_only()  # runs on self.stream and synchronises it
-        ev[3].record(s)
-        t2 = time.perf_counter()
-        if self.filter is not None:
-            self.filter.enqueue(self.output_ptr, s, len(frames))
-        ev[4].record(s)
-        s.synchronize()
-        later = self._collect(transforms)
+        if self.nms is not None and self.filter is not None:
+            # The lock is given up twice: in ONNX Runtime's run (which waits for the model itself) and in the one
+            # wait for the tail (filter, NMS, the copy back of the batch's detections). Polling for the tail
+            # with the lock held instead was tried on the H200 and did not pay (docs/pipeline.md).
+            self.session.compute_async()
+            if ev:
+                ev[3].record(s)
+            self.filter.enqueue(self.output_ptr, s, len(frames), copy_back=False)
+            self.nms.enqueue(self.filter.counters_ptr, self.filter.buf_ptr, transforms, s)
+            if ev:
+                ev[4].record(s)
+            s.synchronize()
+            t2 = time.perf_counter()
+            later = self._collect_nms(transforms)
+        else:
+            self.session.compute_only()  # runs on self.stream and synchronises it
+            if ev:
+                ev[3].record(s)
+            t2 = time.perf_counter()
+            if self.filter is not None:
+                self.filter.enqueue(self.output_ptr, s, len(frames))
+            if ev:
+                ev[4].record(s)
+            s.synchronize()
+            later = self._collect(transforms)
         t3 = time.perf_counter()
-        g = self.gpu_times
-        g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
-        g["preprocess"].add(ev[2].elapsed_ms(ev[1]) / 1e3)
-        g["infer"].add(ev[3].elapsed_ms(ev[2]) / 1e3)
-        g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
+        if ev:
+            g = self.gpu_times
+            g["upload"].add(ev[1].elapsed_ms(ev[0]) / 1e3)
+            g["preprocess"].add(ev[2].elapsed_ms(ev[1]) / 1e3)
+            g["infer"].add(ev[3].elapsed_ms(ev[2]) / 1e3)
+            g["decode"].add(ev[4].elapsed_ms(ev[3]) / 1e3)
         for timing in timings:
             timing[_PRE] = t1 - t0  # host: staging copies and the enqueues (the GPU work is under gpu_ms)
-            timing[_INFER] = t2 - t1  # waits for upload + letterbox + the model on this slot's stream
+            # waits for upload + letterbox + the model on this slot's stream (with gpu_nms: and the filter, NMS
+            # and copy back, all behind one wait)
+            timing[_INFER] = t2 - t1
             timing[_POST] = t3 - t2  # readback; process() adds the finishing call's time
         return later
+
+    def _collect_nms(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:
+        """The GPU NMS's detections of the batch; a sample whose candidates overflowed is decoded on the host."""
+        assert self.nms is not None and self.filter is not None  # process_deferred's branch
+        found, overflowed = self.nms.finish(len(transforms))
+        if overflowed:
+            self.filter.note_overflows(overflowed)
+            self._decode_on_host(transforms, [k for k, d in enumerate(found) if d is None], found)
+        out = [d for d in found if d is not None]
+        return lambda: out
 
     def _collect(self, transforms: list[LetterboxTransform]) -> Callable[[], list[Detections]]:
         """Copy every sample's candidate rows out (a fixed number of numpy calls per batch); decode the samples
@@ -260,17 +328,8 @@ class GpuSlot(ProcessorSlot):
                 owner = (np.cumsum(~overflowed) - 1)[owner]  # positions among the samples that fit
         if len(done) < len(transforms):
             # Host decoding from the whole output (no GPU filter for this layout, or a buffer overflowed).
-            from edgert.backends.cuda import copy_dtoh_async
-
-            host = self.session.outputs[self.output_name]
-            copy_dtoh_async(host, self.output_ptr, self.stream)
-            self.stream.synchronize()
             skip = set(done)
-            for k, transform in enumerate(transforms):
-                if k not in skip:
-                    sample = self.session.outputs if self.batch == 1 else {
-                        n: v[k:k + 1] for n, v in self.session.outputs.items()}
-                    out[k] = self.decoder(sample, transform)
+            self._decode_on_host(transforms, [k for k in range(len(transforms)) if k not in skip], out)
         decoder = self.decoder  # its batch finish keeps no scratch: safe beside this thread's host decoding
 
         def finish() -> list[Detections]:
@@ -282,8 +341,23 @@ class GpuSlot(ProcessorSlot):
 
         return finish
 
+    def _decode_on_host(self, transforms: list[LetterboxTransform], samples: list[int],
+                        out: list[Detections | None]) -> None:
+        """Decode ``samples`` of the batch on the host from the whole output, into ``out``."""
+        from edgert.backends.cuda import copy_dtoh_async
+
+        host = self.session.outputs[self.output_name]
+        copy_dtoh_async(host, self.output_ptr, self.stream)
+        self.stream.synchronize()
+        for k in samples:
+            sample = self.session.outputs if self.batch == 1 else {
+                n: v[k:k + 1] for n, v in self.session.outputs.items()}
+            out[k] = self.decoder(sample, transforms[k])
+
     def close(self) -> None:
         with self.device.active():
+            if self.nms is not None:
+                self.nms.close()
             if self.filter is not None:
                 self.filter.close()
             self.staging.free()
@@ -302,7 +376,7 @@ class GpuProcessor(Processor):
     kind = "gpu"
 
     def __init__(self, config: PipelineConfig, backend: str = "onnxruntime-cuda", *, gpu_decode: bool = True,
-                 candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
+                 gpu_nms: bool = True, candidates: int = CANDIDATES, device: int = 0, batch: int = 1) -> None:
         super().__init__()
         from edgert.backends import SessionOptions
 
@@ -342,6 +416,10 @@ class GpuProcessor(Processor):
             if gpu_decode and not self.gpu_decode:
                 log.info("decoding %s outputs on the host (GPU filter covers float32 %s)", probe.kind,
                          "/".join(GPU_DECODE_KINDS))
+            why = gpu_nms_fits(probe, candidates, batch) if self.gpu_decode and gpu_nms else "not asked for"
+            self.gpu_nms = not why
+            if self.gpu_decode and gpu_nms and why:
+                log.info("NMS on the host: %s", why)
             self.device: CudaDevice = ready.device
             with self.device.active():
                 self.traits = device_traits(self.device)
@@ -367,7 +445,12 @@ class GpuProcessor(Processor):
         self._barrier = threading.Barrier(len(self.slots)) if self.cuda_graph else None
         self._capture_lock = threading.Lock()
         log.info("GPU processing: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
-                 "GPU filter + CPU NMS" if self.gpu_decode else "host")
+                 self._decode_kind())
+
+    def _decode_kind(self) -> str:
+        if not self.gpu_decode:
+            return "host"
+        return "gpu-filter+gpu-nms" if self.gpu_nms else "gpu-filter+cpu-nms"
 
     def frame_buffer(self, height: int, width: int) -> np.ndarray | None:
         """A page-locked HxWx3 uint8 buffer (mapped when zero-copy) that the slots take without a host copy."""
@@ -450,7 +533,7 @@ class GpuProcessor(Processor):
             "memory": self.memory_mode,
             "cuda_graph": self.cuda_graph,
             "device_traits": self.traits,
-            "decode": "gpu-filter+cpu-nms" if self.gpu_decode else "host",
+            "decode": self._decode_kind(),
             "decoder": self.decoder_kind,
             "layout": self.plan.layout,
             "batch": self.batch,

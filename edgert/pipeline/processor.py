@@ -13,8 +13,8 @@ Two processors exist, and every pipeline feature works with either:
 - ``cpu`` (:mod:`edgert.pipeline.cpu`): host letterbox into the session's input buffer, ``session.infer``,
   host decode + NMS. Any backend.
 - ``gpu`` (:mod:`edgert.pipeline.gpu`): the frame goes to the GPU once, the letterbox kernel writes the
-  session's device input, the model runs on device buffers, a confidence filter on the GPU sends back only
-  the candidate rows, NMS on the host. GPU backends only (TensorRT, ONNX Runtime CUDA).
+  session's device input, the model runs on device buffers, a confidence filter and NMS on the GPU send back
+  only each frame's final boxes. GPU backends only (TensorRT, ONNX Runtime CUDA).
 
 ``runtime.processing: auto`` takes ``gpu`` whenever the backend runs on a GPU and CUDA works here.
 """

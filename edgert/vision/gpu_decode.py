@@ -6,8 +6,9 @@ max over classes per anchor on the device and compact the survivors into rows of
 ``cx, cy, w, h, score, class, anchor`` (one ``atomicAdd`` each), every sample of a batch in one launch;
 one small copy (or, zero-copy, none) brings them back, and the host finishes with the CPU decoder's own
 steps (class filter, NMS from :mod:`edgert.vision.nms`, mapping to the frame), so results are the same
-set as the numpy decoders give on the same output tensor. NMS stays on the CPU: after the filter the
-candidate count is small.
+set as the numpy decoders give on the same output tensor. The GPU slot normally leaves the rows on the device
+for :mod:`edgert.vision.gpu_nms` (the same finishing steps on the GPU); the host finishing here is its
+reference and the path without it.
 
 Layouts: ``yolov8`` [1, 4+C, N] and ``yolov5`` [1, N, 5+C] with float32 outputs. Anything else
 (end2end, EfficientNMS, float16 outputs) is decoded on the host from the full output, as before.
@@ -199,9 +200,20 @@ class GpuCandidateFilter:
                 self._buf_ptr = self._dev_buf.ptr
         self._blocks = (self.num_anchors + _THREADS - 1) // _THREADS
 
-    def enqueue(self, output_ptr: int, stream: Any, count: int = 1) -> None:
+    @property
+    def buf_ptr(self) -> int:
+        """Device address of the per-sample regions (header row for the count, then the rows)."""
+        return int(self._buf_ptr)
+
+    @property
+    def counters_ptr(self) -> int:
+        """Device address of the per-sample counters (int32), which the next filter launch expects at 0."""
+        return int(self._counters.ptr)
+
+    def enqueue(self, output_ptr: int, stream: Any, count: int = 1, copy_back: bool = True) -> None:
         """Filter the first ``count`` samples of the output at device address ``output_ptr`` and start
-        bringing their rows back."""
+        bringing their rows back. ``copy_back=False`` (the GPU NMS, which reads the rows where they are): only
+        the filter launch; the caller's next kernel takes the counts from :attr:`counters_ptr` and resets them."""
         from edgert.backends.cuda import copy_dtoh_async
 
         if not 1 <= count <= self.batch:
@@ -221,6 +233,8 @@ class GpuCandidateFilter:
             ),
             stream,
         )
+        if not copy_back:
+            return
         self._take.launch((1, 1, 1), (max(32, count), 1, 1),
                           (np.uintp(self._counters.ptr), np.uintp(self._buf_ptr), np.int32(count),
                            np.int32(self.capacity)), stream)
@@ -258,12 +272,7 @@ class GpuCandidateFilter:
         counts = self.host[: n * region : region].view(np.int32)[:, 0].astype(np.int64)
         overflowed = counts > self.capacity
         if overflowed.any():
-            for count in counts[overflowed].tolist():
-                self.overflows += 1
-                if self.overflows == 1:
-                    log.warning("%d candidates passed conf %.3g, more than the GPU buffer's %d: decoding those "
-                                "frames on the host (raise decode.conf or the capacity)", count, self.conf,
-                                self.capacity)
+            self.note_overflows(counts[overflowed].tolist())
         sizes = np.where(overflowed, 0, counts)
         total = int(sizes.sum())
         sample = np.repeat(np.arange(n), sizes)
@@ -272,6 +281,15 @@ class GpuCandidateFilter:
         rows = self.host[idx]  # a copy
         order = np.lexsort((rows[:, 6], sample))  # stable: as a stable sort by anchor within each sample
         return rows[order], sample[order], overflowed
+
+    def note_overflows(self, counts: Sequence[int]) -> None:
+        """Count samples whose candidates (``counts``, when known) overflowed ``capacity``; warn on the first."""
+        for count in counts:
+            self.overflows += 1
+            if self.overflows == 1:
+                log.warning("%s candidates passed conf %.3g, more than the GPU buffer's %d: decoding those "
+                            "frames on the host (raise decode.conf or the capacity)", count, self.conf,
+                            self.capacity)
 
     def close(self) -> None:
         with self.device.active():

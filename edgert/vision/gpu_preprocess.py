@@ -282,7 +282,8 @@ class GpuLetterbox:
         must not refill ``params`` before the stream has passed this upload (a slot synchronises its stream
         once per batch).
         """
-        from edgert.backends.cuda import copy_htod_async
+        # params is page-locked: the copy only queues, so it keeps the interpreter lock (no wait to get it back)
+        from edgert.backends.cuda import copy_htod_async_pinned as copy_htod_async
 
         transforms = []
         for k, (offset, src_h, src_w) in enumerate(frames):

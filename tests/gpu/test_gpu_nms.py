@@ -1,0 +1,78 @@
+"""The GPU NMS (edgert/vision/kernels/nms.cu) against the host's finishing step on the same model outputs.
+
+Two processors on one batched model, one with the NMS on the GPU (the default) and one with it on the host
+(``gpu_nms=False``: the filter's rows come back and ``DecoderBase._finish_batch`` with OpenCV's NMS runs on
+them), fed the same frames of three sizes in one batch: every frame's detections are the same boxes (the same
+float32 operations, so equal to rounding), scores and classes, in the same best-first order. The model's output
+differs between the two processors only by cuDNN's run-to-run noise, so the comparison is on outputs made by
+one slot: the host path's finishing is applied to the GPU processor's own output tensor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.gpu.test_gpu_device import _REASON, NANODET, YOLOV8
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+
+_CASES = [
+    (NANODET, {}),
+    (NANODET, {"conf": 0.05}),  # hundreds of candidates per frame: the NMS does real work
+    (NANODET, {"conf": 0.1, "classes": (0, 2), "iou": 0.3}),
+    (NANODET, {"conf": 0.05, "agnostic": True, "max_det": 5}),
+    (YOLOV8, {}),
+    (YOLOV8, {"conf": 0.05, "classes": (1,)}),
+]
+
+
+@pytest.mark.parametrize(("name", "decode"), _CASES)
+def test_gpu_nms_equals_host_finishing(assets: Path, tmp_path: Path, name: str, decode: dict[str, Any]) -> None:
+    from edgert.backends.cuda import copy_dtoh_async
+    from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, RuntimeConfig
+    from edgert.pipeline.gpu import GpuProcessor, GpuSlot
+    from edgert.rewrite.batch import batched_model_path
+    from edgert.stats import STAGES
+    from edgert.vision.gpu_decode import candidates_to_detections_batch, emulate_filter
+    from tests.gpu.test_gpu_device import _frames, _model
+
+    src = _model(assets, name)
+    frames = _frames(assets, 6)  # six vtest frames, bus.jpg (portrait, larger), a small image (upscaled)
+    b = len(frames)
+    config = PipelineConfig(model=ModelConfig(path=str(batched_model_path(src, tmp_path))),
+                            decode=DecodeConfig(**decode), runtime=RuntimeConfig(slots=1))
+    with GpuProcessor(config, "onnxruntime-cuda", batch=b) as proc:
+        assert proc.gpu_nms and proc.describe()["decode"] == "gpu-filter+gpu-nms"
+        slot = proc.slots[0]
+        assert isinstance(slot, GpuSlot) and slot.nms is not None and slot.filter is not None
+        with slot.device.active():
+            got = slot.process(frames, [np.zeros(len(STAGES)) for _ in frames])
+            output = slot.session.outputs[proc.output_name]
+            copy_dtoh_async(output, slot.output_ptr, slot.stream)
+            slot.stream.synchronize()
+        transforms = [proc.letterbox.transform_for(*f.shape[:2]) for f in frames]
+        rows = [emulate_filter(output[k:k + 1], slot.decoder.kind, float(slot.filter.conf)) for k in range(b)]
+        want = candidates_to_detections_batch(rows, slot.decoder, transforms)
+        # and the host decoder alone on each sample's output (the CPU processor's step)
+        alone = [slot.decoder({proc.output_name: output[k:k + 1]}, transforms[k]) for k in range(b)]
+    assert len(got) == b
+    total = 0
+    for k in range(b):
+        g, w, a = got[k], want[k], alone[k]
+        assert np.array_equal(g.class_id, w.class_id), k
+        assert np.array_equal(g.confidence, w.confidence), k
+        assert g.xyxy.dtype == np.float32 and g.confidence.dtype == np.float32 and g.class_id.dtype == np.int32
+        worst = float(np.abs(g.xyxy - w.xyxy).max()) if len(g) else 0.0
+        assert worst <= 1e-3, (k, worst)
+        assert np.array_equal(g.class_id, a.class_id) and np.allclose(g.xyxy, a.xyxy, atol=1e-3), k
+        if decode.get("classes"):
+            assert set(g.class_id.tolist()) <= set(decode["classes"])
+        assert len(g) <= int(decode.get("max_det", 300))
+        total += len(g)
+    print(f"{name} {decode}: {b} frames, {total} detections, GPU NMS == host finishing "
+          f"({sum(len(r) for r in rows)} candidates)")
+    assert total > 0
