@@ -343,8 +343,7 @@ def register_host_memory(array: np.ndarray, mapped: bool = False) -> HostRegistr
         raise BackendError(f"cannot page-lock {array.nbytes} bytes of shared frame memory: {exc}") from exc
 
 
-_copy_holding_gil: Any = None
-_copy_back_holding_gil: Any = None
+_held_gil_functions: dict[str, Any] = {}  # the driver's functions through ctypes.PyDLL, looked up once each
 
 
 def _libcuda_holding_gil() -> Any:
@@ -352,6 +351,22 @@ def _libcuda_holding_gil() -> Any:
     import ctypes.util
 
     return ctypes.PyDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+
+
+def _copy_function(name: str, host_first: bool) -> Any:
+    """``name`` of the driver API, ``(dst, src, bytes, stream)`` with the host address first or second, called
+    with the interpreter lock kept (:func:`copy_htod_async_pinned` says why)."""
+    fn = _held_gil_functions.get(name)
+    if fn is None:
+        import ctypes
+
+        host, device = ctypes.c_void_p, ctypes.c_uint64
+        fn = getattr(_libcuda_holding_gil(), name)
+        fn.argtypes = [host, device] if host_first else [device, host]
+        fn.argtypes += [ctypes.c_size_t, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _held_gil_functions[name] = fn
+    return fn
 
 
 def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
@@ -369,15 +384,7 @@ def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
 
 def copy_htod_address_pinned(ptr: int, src: int, nbytes: int, stream: Stream) -> None:
     """:func:`copy_htod_async_pinned` of ``nbytes`` at the page-locked host address ``src``."""
-    global _copy_holding_gil
-    fn = _copy_holding_gil
-    if fn is None:
-        import ctypes
-
-        fn = _libcuda_holding_gil().cuMemcpyHtoDAsync_v2
-        fn.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _copy_holding_gil = fn
+    fn = _copy_function("cuMemcpyHtoDAsync_v2", host_first=False)
     code = fn(ptr, src, nbytes, stream.handle)
     if code != 0:
         raise BackendError(f"cuMemcpyHtoDAsync of {nbytes} bytes failed with CUDA error {code}")
@@ -386,15 +393,7 @@ def copy_htod_address_pinned(ptr: int, src: int, nbytes: int, stream: Stream) ->
 def copy_dtoh_async_pinned(host: np.ndarray, ptr: int, stream: Stream) -> None:
     """Queue a copy of ``host.nbytes`` from device address ``ptr`` into the page-locked, C-contiguous ``host``,
     keeping the GIL (:func:`copy_htod_async_pinned` says why: into page-locked memory the call only queues)."""
-    global _copy_back_holding_gil
-    fn = _copy_back_holding_gil
-    if fn is None:
-        import ctypes
-
-        fn = _libcuda_holding_gil().cuMemcpyDtoHAsync_v2
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _copy_back_holding_gil = fn
+    fn = _copy_function("cuMemcpyDtoHAsync_v2", host_first=True)
     code = fn(host.__array_interface__["data"][0], ptr, host.nbytes, stream.handle)
     if code != 0:
         raise BackendError(f"cuMemcpyDtoHAsync of {host.nbytes} bytes failed with CUDA error {code}")

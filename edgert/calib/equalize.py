@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from edgert.calib.qdq import constant_value
+
 __all__ = ["Region", "channel_absmax", "equalize", "find_regions"]
 
 log = logging.getLogger(__name__)
@@ -58,17 +60,6 @@ def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
     return default
 
 
-def _constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
-    for init in model.graph.initializer:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.output and node.output[0] == name:
-            value = _attr(node, "value", None)
-            return None if value is None else numpy_helper.to_array(value)
-    return None
-
-
 def _homogeneous(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     """``node`` commutes with a positive per-channel scale of its data input (input 0)."""
     op = node.op_type
@@ -77,7 +68,7 @@ def _homogeneous(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     if op == "Pad":
         mode = _attr(node, "mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else str(mode)
-        pads = _constant(model, node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        pads = constant_value(model, node.input[1]) if len(node.input) > 1 and node.input[1] else None
         if pads is None or pads.size % 2 or (len(node.input) > 3 and node.input[3]):
             return False  # pads unknown, or an axes input: cannot tell the channel axis is not padded
         rank = pads.size // 2
@@ -87,13 +78,13 @@ def _homogeneous(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
             return mode in ("reflect", "edge")
         value = 0.0
         if len(node.input) > 2 and node.input[2]:
-            fill = _constant(model, node.input[2])
+            fill = constant_value(model, node.input[2])
             if fill is None or fill.size != 1:
                 return False
             value = float(fill.reshape(-1)[0])
         return value == 0.0 or not math.isfinite(value)  # s * 0 = 0, s * -inf = -inf
     if op == "Resize":
-        scales = _constant(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        scales = constant_value(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
         return scales is not None and scales.size >= 2 and scales[0] == 1 and scales[1] == 1  # not over channels
     return True
 

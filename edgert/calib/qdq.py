@@ -130,7 +130,8 @@ def _float_tensors(model: onnx.ModelProto) -> set[str]:
     return out
 
 
-def _constant_value(model: onnx.ModelProto, name: str) -> np.ndarray | None:
+def constant_value(model: onnx.ModelProto, name: str) -> np.ndarray | None:
+    """The value of ``name`` when it is an initializer or a Constant node's output; None otherwise."""
     for init in model.graph.initializer:
         if init.name == name:
             return numpy_helper.to_array(init)
@@ -154,7 +155,7 @@ def _pads_nonfinite(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     if mode != "constant":
         return False
     if len(node.input) > 2 and node.input[2]:
-        arr = _constant_value(model, node.input[2])
+        arr = constant_value(model, node.input[2])
         value = float(arr.reshape(-1)[0]) if arr is not None and arr.size else None
         if value is None:
             return False
