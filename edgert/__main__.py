@@ -7,4 +7,5 @@ import sys
 
 from edgert.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (a walk over the package) runs nothing
+    sys.exit(main())

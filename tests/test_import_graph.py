@@ -36,8 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("pipeline",),
     # reports (they observe a pipeline) and calibration (build time: it preprocesses like vision, reports)
     ("report", "calib"),
-    # the faces: the command line and the package's public API
-    ("cli", "__init__"),
+    # the faces: the command line (also as ``python -m edgert``) and the package's public API
+    ("cli", "__init__", "__main__"),
 ]
 
 #: The runtime path: it must never load the engine builder.
