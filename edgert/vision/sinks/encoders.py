@@ -24,7 +24,7 @@ import numpy as np
 
 from edgert._lazy import lazy_import
 
-__all__ = ["CODECS_BY_SUFFIX", "Encoder", "encoder_chain", "open_encoder"]
+__all__ = ["CODECS_BY_SUFFIX", "Encoder", "encoder_chain", "gst_pipeline", "open_encoder"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,24 @@ def _has_gstreamer() -> bool:
 
 
 _MUXERS = {".mp4": "mp4mux", ".m4v": "mp4mux", ".mov": "qtmux", ".mkv": "matroskamux"}
+#: MP4 and MOV fragmented every 2 s, as the PyAV writer does (_FRAGMENTED): a run killed mid-file leaves a file
+#: that plays up to its last fragment, and the muxer keeps no index that grows with the run.
+_FRAGMENT_MS = {"mp4mux": 2000, "qtmux": 2000}
+
+
+def gst_pipeline(element: str, path: Path) -> str:
+    """The GStreamer pipeline OpenCV's writer feeds (from ``appsrc``): convert, encode with ``element``, mux for
+    ``path``'s container, write."""
+    mux = _MUXERS.get(path.suffix.lower(), "mp4mux")
+    if element == "nvv4l2h264enc":  # Jetson's encoder reads NVMM NV12 from nvvidconv
+        encode = ("video/x-raw,format=BGRx ! nvvidconv ! video/x-raw(memory:NVMM),format=NV12 ! "
+                  "nvv4l2h264enc insert-sps-pps=true")
+    else:
+        encode = "video/x-raw,format=I420 ! x264enc speed-preset=veryfast"
+    fragment = _FRAGMENT_MS.get(mux)
+    muxer = f"{mux} fragment-duration={fragment}" if fragment else mux
+    location = str(path).replace('"', '\\"')
+    return f'appsrc ! videoconvert ! {encode} ! h264parse ! {muxer} ! filesink location="{location}"'
 
 
 def _gst_writer(element: str) -> Callable[[Path, float, tuple[int, int]], Any]:
@@ -149,16 +167,7 @@ def _gst_writer(element: str) -> Callable[[Path, float, tuple[int, int]], Any]:
         cv2 = lazy_import("cv2", "writing video files")
         if not _has_gstreamer():
             return None
-        mux = _MUXERS.get(path.suffix.lower(), "mp4mux")
-        if element == "nvv4l2h264enc":  # Jetson's encoder reads NVMM NV12 from nvvidconv
-            encode = ("video/x-raw,format=BGRx ! nvvidconv ! video/x-raw(memory:NVMM),format=NV12 ! "
-                      "nvv4l2h264enc insert-sps-pps=true")
-        else:
-            encode = "video/x-raw,format=I420 ! x264enc speed-preset=veryfast"
-        location = str(path).replace('"', '\\"')
-        pipeline = (f"appsrc ! videoconvert ! {encode} ! h264parse ! {mux} ! "
-                    f'filesink location="{location}"')
-        return cv2.VideoWriter(pipeline, cv2.CAP_GSTREAMER, 0, fps, size, True)
+        return cv2.VideoWriter(gst_pipeline(element, path), cv2.CAP_GSTREAMER, 0, fps, size, True)
     return make
 
 
