@@ -319,12 +319,10 @@ class ProcessCaptureSource(FrameSource):
             return
         body = pickle.dumps(("free", *slots), pickle.HIGHEST_PROTOCOL)
         data = _LENGTH.pack(len(body)) + body
-        with self._send_lock:
-            try:
-                while data:
-                    data = data[os.write(fd, data):]
-            except OSError:
-                pass  # the worker is gone: its pipe's end says how, at the next pull
+        # A worker gone: its pipe's end says how, at the next pull.
+        with self._send_lock, contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(fd, data):]
 
     @property
     def wants_pull(self) -> bool:
@@ -432,11 +430,9 @@ class ProcessCaptureSource(FrameSource):
         conn = self._conn
         if conn is None:
             return
-        with self._send_lock:  # stop()/close() may come from another thread than read()
-            try:
-                conn.send(msg)
-            except (BrokenPipeError, ConnectionResetError, EOFError):
-                pass  # the worker is gone: the next receive says how
+        # stop()/close() may come from another thread than read(); a worker gone: the next pull says how.
+        with self._send_lock, contextlib.suppress(BrokenPipeError, ConnectionResetError, EOFError):
+            conn.send(msg)
 
     def _ready(self, conn: Any, wait: float) -> bool:
         """``conn.poll(wait)`` through one ``select.poll`` object kept for the pipe: ``Connection.poll`` makes a
