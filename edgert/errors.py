@@ -28,6 +28,7 @@ __all__ = [
     "SourceError",
     "first_line",
     "last_line",
+    "process_ended",
     "reraise_as",
 ]
 
@@ -143,3 +144,19 @@ def reraise_as(cls: type[EdgertError], what: str,
     through unchanged; ``catch`` narrows what is turned (default: every :class:`Exception`).
     """
     return _Reraise(cls, what, catch)
+
+
+def process_ended(exitcode: int | None) -> str:
+    """How a child process ended, for one-line errors: ``killed by SIGKILL``, ``exited with status 1``, or
+    ``closed its pipe`` (no exit code yet: its end of the pipe closed first). The capture and tracking workers
+    say it the same way."""
+    import signal
+
+    if exitcode is None:
+        return "closed its pipe"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from edgert.errors import Aborted, ConfigError, EdgertError
+from edgert.errors import Aborted, ConfigError, EdgertError, process_ended
 from edgert.vision.detections import Detections
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ class TrackingWorkers:
         return msg
 
     def _died(self, k: int) -> str:
-        return f"tracking worker {k} (sources {self._group(k)}) {_how_it_ended(self._procs[k].exitcode)}"
+        return f"tracking worker {k} (sources {self._group(k)}) {_died(self._procs[k].exitcode)}"
 
     def _group(self, k: int) -> str:
         return ", ".join(self._specs[i][0] for i in sorted(self._specs) if i % self.count == k) or "none yet"
@@ -238,22 +238,15 @@ class TrackingWorkers:
             conn.close()
 
 
+def _died(exitcode: int | None) -> str:
+    return process_ended(exitcode) if exitcode is None else f"died: {process_ended(exitcode)}"
+
+
 def _pack(dets: Sequence[Detections]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
     if not dets:
         return [], np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32)
     return ([len(d) for d in dets], np.concatenate([d.xyxy for d in dets]),
             np.concatenate([d.confidence for d in dets]), np.concatenate([d.class_id for d in dets]))
-
-
-def _how_it_ended(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "closed its pipe"
-    if exitcode < 0:
-        try:
-            return f"died: killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"died: killed by signal {-exitcode}"
-    return f"died: exited with status {exitcode}"
 
 
 def _serve(conn: Connection, config: PipelineConfig, names: tuple[str, ...]) -> None:

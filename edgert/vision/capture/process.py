@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import pickle
 import select
-import signal
 import struct
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from edgert.errors import SourceError
+from edgert.errors import SourceError, process_ended
 from edgert.redact import redact
 from edgert.vision.capture.ring import FrameRing, slot_bytes_for
 from edgert.vision.sources import FrameSource
@@ -55,17 +54,6 @@ _PULL_BYTES = 1 << 20  # one read of the pipe: every slot message of a wake, or 
 _LENGTH, _LONG_LENGTH = struct.Struct("!i"), struct.Struct("!Q")  # multiprocessing.connection's message headers
 _GONE = ("gone",)  # the inbox's mark: the worker's end of the pipe closed here
 _NONE_YET: tuple[tuple[()], None] = ((), None)  # take(): nothing read yet
-
-
-def _how_it_ended(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "closed its pipe"
-    if exitcode < 0:
-        try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with status {exitcode}"
 
 
 class ProcessCaptureSource(FrameSource):
@@ -482,4 +470,4 @@ class ProcessCaptureSource(FrameSource):
         if proc is not None:
             proc.join(timeout=1.0)
         code = None if proc is None else proc.exitcode
-        return SourceError(f"{self.uri}: capture worker {_how_it_ended(code)} while {doing}")
+        return SourceError(f"{self.uri}: capture worker {process_ended(code)} while {doing}")
