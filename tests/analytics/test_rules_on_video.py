@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import assert_one_line_error, run_cli
+from tests.pipeline.media import cut_clip
 
 pytest.importorskip("trackers", reason="tracking needs pip install 'edgert[track]' (Python 3.10+)")
 pytest.importorskip("onnxruntime")
@@ -28,23 +29,6 @@ TIMEOUT = 600
 
 def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _clip(assets: Path, out: Path, start: int, frames: int, fps: float) -> Path:
-    """Frames ``start..start+frames`` of vtest.avi as a new file of nominal rate ``fps``."""
-    cap = cv2.VideoCapture(str(assets / "video/vtest.avi"))
-    cap.set(cv2.CAP_PROP_POS_FRAMES, start)
-    writer = None
-    for _ in range(frames):
-        ok, frame = cap.read()
-        assert ok
-        if writer is None:
-            writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*"MJPG"), fps, (frame.shape[1], frame.shape[0]))
-        writer.write(frame)
-    assert writer is not None
-    writer.release()
-    cap.release()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +78,7 @@ def test_a_crowded_zone_on_vtest_says_crowded_then_clear(
 
 def test_dwell_is_video_time_when_a_file_plays_faster_than_real_time(assets: Path, tmp_path: Path) -> None:
     fps = 1.0  # nominal: 120 frames are two minutes of video, decoded and detected in far less
-    video = _clip(assets, tmp_path / "slow.avi", 0, 120, fps)
+    video = cut_clip(assets / "video/vtest.avi", tmp_path / "slow.avi", 0, 120, fps)
     events = tmp_path / "e.jsonl"
     r = run_cli("run", "--model", str(assets / MODEL), "--source", str(video), "--track",
                 "--zone", "lower:0,0.5,1,0.5,1,1,0,1", "--sink", f"jsonl://{events}", "--json", timeout=TIMEOUT)
@@ -129,8 +113,8 @@ def test_dwell_is_video_time_when_a_file_plays_faster_than_real_time(assets: Pat
 
 
 def test_two_sources_counts_match_their_events(assets: Path, tmp_path: Path) -> None:
-    a = _clip(assets, tmp_path / "a.avi", 0, 100, 10.0)
-    b = _clip(assets, tmp_path / "b.avi", 300, 100, 10.0)
+    a = cut_clip(assets / "video/vtest.avi", tmp_path / "a.avi", 0, 100, 10.0)
+    b = cut_clip(assets / "video/vtest.avi", tmp_path / "b.avi", 300, 100, 10.0)
     events = tmp_path / "e.jsonl"
     r = run_cli("run", "--model", str(assets / MODEL), "--source", str(a), "--source", str(b), "--track",
                 "--line", "middle:0,0.5,1,0.5", "--zone", "left:0,0,0.5,0,0.5,1,0,1", "--sink", f"jsonl://{events}",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import assert_one_line_error, run_cli
+from tests.pipeline.media import cut_clip
 
 pytest.importorskip("onnxruntime")
 cv2 = pytest.importorskip("cv2")
@@ -29,26 +30,11 @@ MODEL = "models/detection/nanodet-m-416-coco-v8layout.onnx"
 RULES = ["--line", "door:0.5,0,0.5,1", "--zone", "lower:0,0.5,1,0.5,1,1,0,1:crowded_at=3"]
 
 
-def _clip(assets: Path, out: Path, start: int, frames: int) -> Path:
-    cap = cv2.VideoCapture(str(assets / "video/vtest.avi"))
-    cap.set(cv2.CAP_PROP_POS_FRAMES, start)
-    writer = None
-    for _ in range(frames):
-        ok, frame = cap.read()
-        assert ok
-        if writer is None:
-            writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (frame.shape[1], frame.shape[0]))
-        writer.write(frame)
-    assert writer is not None
-    writer.release()
-    cap.release()
-    return out
-
-
 @pytest.fixture(scope="module")
 def clips(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("clips")
-    return [_clip(assets, root / f"c{i}.avi", start, 90) for i, start in enumerate((0, 150, 300, 450))]
+    video = assets / "video/vtest.avi"
+    return [cut_clip(video, root / f"c{i}.avi", start, 90) for i, start in enumerate((0, 150, 300, 450))]
 
 
 def _sources(paths: list[Path]) -> list[str]:

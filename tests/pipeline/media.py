@@ -28,6 +28,25 @@ def make_video(path: Path, frames: int = 30, size: tuple[int, int] = (96, 64), f
     return path
 
 
+def cut_clip(src: Path, out: Path, start: int, frames: int, fps: float = 10.0) -> Path:
+    """Frames ``start..start+frames`` of the video ``src`` as a new Motion-JPEG file of nominal rate ``fps``."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(src))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, start)
+    writer = None
+    for _ in range(frames):
+        ok, frame = cap.read()
+        assert ok
+        if writer is None:
+            writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*"MJPG"), fps, (frame.shape[1], frame.shape[0]))
+        writer.write(frame)
+    assert writer is not None
+    writer.release()
+    cap.release()
+    return out
+
+
 def corrupt_avi_frame(src: Path, dst: Path, frame: int) -> Path:
     """Copy an MJPG AVI and wipe the JPEG data of one frame (a damaged frame inside a valid file)."""
     data = bytearray(src.read_bytes())
