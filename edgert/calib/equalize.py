@@ -198,72 +198,48 @@ def _relative_columns(w: np.ndarray) -> np.ndarray:
 
 
 def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Mapping[str, np.ndarray],
-             alpha: float = 0.5, ranges: str = "activations") -> tuple[onnx.ModelProto, dict[str, Any]]:
+             alpha: float = 0.5, ranges: str = "activations", passes: int = 1,
+             tolerance: float = 0.01) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """A copy of ``model`` with each rescalable region's channels divided by ``d`` (the module's rule).
 
     ``channel_max``: per tensor, its per-channel largest ``|x|`` (:func:`channel_absmax` over the images);
     the tensors of a region that have one set ``r``. Returns the model and what was done (per region: its
     sources, absorbers and the spread of its tensors' per-channel ranges before and after). ``ranges``
     "weights": ``r_c`` is the largest ``|W_A[c]|`` instead, no data (Nagel et al.'s cross-layer equalisation
-    with ``alpha`` 0.5), so the scales do not follow the calibration images' channel ranges."""
+    with ``alpha`` 0.5), so the scales do not follow the calibration images' channel ranges.
+
+    ``passes`` (``weights`` only): the whole graph equalised again, up to this many times, until no scale of
+    a pass is further than ``tolerance`` from 1 in log (Nagel et al. iterate CLE to convergence). One pass is
+    not a fixed point: a consumer's column range is relative to its row's largest weight, which the pass
+    itself changes, and a conv that absorbs one region's scales is the source of the next region's rows.
+    The summary's ``largest_log_d`` is each pass's largest ``|log d|``."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if passes < 1:
+        raise ValueError(f"passes must be at least 1, got {passes}")
     out = copy.deepcopy(model)
     inits = {i.name: i for i in out.graph.initializer}
     nodes = {n.name: n for n in out.graph.node}
-    done: list[dict[str, Any]] = []
-    for region in regions:
-        if region.why_not is not None:
-            continue
-        width = {s: int(numpy_helper.to_array(inits[nodes[s].input[1]]).shape[0]) for s in region.sources}
-        r = {s: np.zeros(n) for s, n in width.items()}
-        w = {s: np.zeros(n) for s, n in width.items()}
-        for s in width if ranges == "weights" else ():
-            r[s] = np.abs(numpy_helper.to_array(inits[nodes[s].input[1]])).reshape(width[s], -1).max(axis=1)
-        for t, segs in region.segments.items() if ranges == "activations" else ():
-            got = channel_max.get(t)
-            if got is None or got.size != sum(e - b for _, b, e in segs):
+    live = [r for r in regions if r.why_not is None]
+    total: dict[int, dict[str, np.ndarray]] = {}  # region -> source -> the product of its passes' d
+    moved: list[float] = []
+    for _ in range(passes if ranges == "weights" else 1):  # activation ranges are measured once: one pass
+        largest = 0.0
+        for i, region in enumerate(live):
+            d = _region_scales(region, inits, nodes, channel_max, alpha, ranges)
+            if d is None:
                 continue
-            at = 0
-            for s, b, e in segs:
-                r[s][b:e] = np.maximum(r[s][b:e], got[at: at + e - b])
-                at += e - b
-        for name in region.absorbers:
-            node = nodes[name]
-            cols = _relative_columns(numpy_helper.to_array(inits[node.input[1]]))
-            at = 0
-            for s, b, e in region.segments[node.input[0]]:
-                w[s][b:e] = np.maximum(w[s][b:e], cols[at: at + e - b])
-                at += e - b
-        if not any(v.any() for v in r.values()):
-            continue  # no range measured for any of its tensors
-        d: dict[str, np.ndarray] = {}
-        for s in width:
-            ok = (r[s] > 0) & (w[s] > 0)
-            ds = np.ones_like(r[s])
-            ds[ok] = r[s][ok] ** alpha / w[s][ok] ** (1.0 - alpha)
-            d[s] = ds
-        # one factor for the region so its largest range stays where it was (ranges in familiar units)
-        top = max(float(r[s].max()) for s in width)
-        after = max(float((r[s] / d[s]).max()) for s in width)
-        k = after / top if top > 0 and after > 0 else 1.0
-        for s in width:
-            ok = (r[s] > 0) & (w[s] > 0)
-            d[s] = np.where(ok, d[s] * k, 1.0)
-        for s, ds in d.items():  # A's row c and bias c divided by d_c
-            node = nodes[s]
-            for t in node.input[1:3]:
-                if t:
-                    arr = numpy_helper.to_array(inits[t]).astype(np.float64)
-                    arr /= ds.reshape((-1,) + (1,) * (arr.ndim - 1))
-                    inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
-        for name in region.absorbers:  # B's column c multiplied by d_c
-            node = nodes[name]
-            t = node.input[1]
-            scale = np.concatenate([d[s][b:e] for s, b, e in region.segments[node.input[0]]])
-            arr = numpy_helper.to_array(inits[t]).astype(np.float64)
-            arr *= scale.reshape((1, -1) + (1,) * (arr.ndim - 2))
-            inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
+            _apply(region, d, inits, nodes)
+            acc = total.setdefault(i, {s: np.ones_like(v) for s, v in d.items()})
+            for s, ds in d.items():
+                acc[s] = acc[s] * ds
+                largest = max(largest, float(np.abs(np.log(ds)).max(initial=0.0)))
+        moved.append(round(largest, 4))
+        if largest < tolerance:
+            break
+    done: list[dict[str, Any]] = []
+    for i, d in total.items():
+        region = live[i]
         spread = []
         for t, segs in region.segments.items():
             got = channel_max.get(t)
@@ -276,10 +252,71 @@ def equalize(model: onnx.ModelProto, regions: Sequence[Region], channel_max: Map
                      "scaled": sorted(region.segments)})
     not_rescaled = {", ".join(r.sources) or "?": r.why_not for r in regions if r.why_not is not None}
     summary: dict[str, Any] = {
-        "alpha": alpha, "ranges": ranges, "regions": done, "not_rescaled": not_rescaled,
+        "alpha": alpha, "ranges": ranges, "passes": len(moved), "largest_log_d": moved, "regions": done,
+        "not_rescaled": not_rescaled,
         "rescaled_tensors": sorted({t for x in done for t in x["scaled"]}),
     }
     if done:
         log.info("activation equalisation (alpha %g): %d regions, %d convs rescaled; %d regions left alone",
                  alpha, len(done), sum(len(x["sources"]) for x in done), len(not_rescaled))
     return out, summary
+
+
+def _region_scales(region: Region, inits: Mapping[str, onnx.TensorProto], nodes: Mapping[str, onnx.NodeProto],
+                   channel_max: Mapping[str, np.ndarray], alpha: float, ranges: str) -> dict[str, np.ndarray] | None:
+    """Per source conv of ``region``, the ``d`` that divides its output channels (None: no range known)."""
+    width = {s: int(numpy_helper.to_array(inits[nodes[s].input[1]]).shape[0]) for s in region.sources}
+    r = {s: np.zeros(n) for s, n in width.items()}
+    w = {s: np.zeros(n) for s, n in width.items()}
+    for s in width if ranges == "weights" else ():
+        r[s] = np.abs(numpy_helper.to_array(inits[nodes[s].input[1]])).reshape(width[s], -1).max(axis=1)
+    for t, segs in region.segments.items() if ranges == "activations" else ():
+        got = channel_max.get(t)
+        if got is None or got.size != sum(e - b for _, b, e in segs):
+            continue
+        at = 0
+        for s, b, e in segs:
+            r[s][b:e] = np.maximum(r[s][b:e], got[at: at + e - b])
+            at += e - b
+    for name in region.absorbers:
+        node = nodes[name]
+        cols = _relative_columns(numpy_helper.to_array(inits[node.input[1]]))
+        at = 0
+        for s, b, e in region.segments[node.input[0]]:
+            w[s][b:e] = np.maximum(w[s][b:e], cols[at: at + e - b])
+            at += e - b
+    if not any(v.any() for v in r.values()):
+        return None
+    d: dict[str, np.ndarray] = {}
+    for s in width:
+        ok = (r[s] > 0) & (w[s] > 0)
+        ds = np.ones_like(r[s])
+        ds[ok] = r[s][ok] ** alpha / w[s][ok] ** (1.0 - alpha)
+        d[s] = ds
+    # one factor for the region so its largest range stays where it was (ranges in familiar units)
+    top = max(float(r[s].max()) for s in width)
+    after = max(float((r[s] / d[s]).max()) for s in width)
+    k = after / top if top > 0 and after > 0 else 1.0
+    for s in width:
+        ok = (r[s] > 0) & (w[s] > 0)
+        d[s] = np.where(ok, d[s] * k, 1.0)
+    return d
+
+
+def _apply(region: Region, d: Mapping[str, np.ndarray], inits: Mapping[str, onnx.TensorProto],
+           nodes: Mapping[str, onnx.NodeProto]) -> None:
+    """Divide each source's row ``c`` and bias ``c`` by ``d_c``; multiply each absorber's column ``c`` by it."""
+    for s, ds in d.items():
+        node = nodes[s]
+        for t in node.input[1:3]:
+            if t:
+                arr = numpy_helper.to_array(inits[t]).astype(np.float64)
+                arr /= ds.reshape((-1,) + (1,) * (arr.ndim - 1))
+                inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
+    for name in region.absorbers:
+        node = nodes[name]
+        t = node.input[1]
+        scale = np.concatenate([d[s][b:e] for s, b, e in region.segments[node.input[0]]])
+        arr = numpy_helper.to_array(inits[t]).astype(np.float64)
+        arr *= scale.reshape((1, -1) + (1,) * (arr.ndim - 2))
+        inits[t].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t))
