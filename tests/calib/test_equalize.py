@@ -166,3 +166,41 @@ def test_channel_absmax_is_the_largest_finite_magnitude_per_channel() -> None:
     x[0, 2, :, 0] = -np.inf  # -inf padding: ignored
     x[1, 2, 3, 3] = 0.5
     assert channel_absmax(x).tolist() == [7.0, 2.5, 0.5]
+
+
+def _chain() -> onnx.ModelProto:
+    """x -> conv1 -> LeakyRelu -> conv2 -> LeakyRelu -> conv3: conv2 absorbs the first region's scales and is
+    the source of the second's, so a pass over the graph changes what the pass before balanced."""
+    rng = np.random.default_rng(2)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        arr = rng.normal(0, 0.3, shape) * np.logspace(-1, 1, shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
+        return numpy_helper.from_array(arr.astype(np.float32), name)
+
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 5, 6, 3, 3), w("b2", 5), w("w3", 4, 5, 1, 1)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["h1"], ["a1"], name="act1", alpha=0.1),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["h2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["h2"], ["a2"], name="act2", alpha=0.1),
+             helper.make_node("Conv", ["a2", "w3"], ["y"], name="conv3")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return prepare_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_weight_equalisation_passes_converge_exactly_in_float() -> None:
+    model = _chain()
+    regions = find_regions(model)
+    assert [sorted(r.sources) for r in regions if r.why_not is None] == [["conv1"], ["conv2"]]
+    once, one = equalize(model, regions, {}, 0.5, ranges="weights")
+    _, again = equalize(once, regions, {}, 0.5, ranges="weights")
+    assert one["passes"] == 1 and again["largest_log_d"][0] > 0.05  # one pass is not a fixed point
+    converged, many = equalize(model, regions, {}, 0.5, ranges="weights", passes=200, tolerance=1e-3)
+    assert 1 < many["passes"] < 200 and many["largest_log_d"][-1] < 1e-3
+    _, after = equalize(converged, regions, {}, 0.5, ranges="weights")
+    assert after["largest_log_d"][0] < 1e-3  # another pass moves nothing: the fixed point
+    for x in _feeds(3):
+        ((ref,), (got,)) = _outputs(model, x), _outputs(converged, x)
+        assert np.abs(ref - got).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    _, measured = equalize(model, regions, _channel_max(model, ["a1", "a2"]), 0.5, passes=5)
+    assert measured["passes"] == 1  # activation ranges are measured once, on the model as given
