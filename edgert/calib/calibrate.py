@@ -100,6 +100,7 @@ class CalibrationOptions:
     equalize_alpha: float = 0.5
     #: passes of ``weights`` equalisation over the graph, until its scales stop moving (equalize.equalize)
     equalize_passes: int = 1
+    equalize_adds: bool = False  # regions joined through Adds of two conv outputs (find_regions(through_adds))
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -147,7 +148,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
                   opts.score_frames, list(opts.check_variants)],
         "share_scales": list(opts.share_scales), "engine_size": opts.engine_size,
         "bias": [opts.bias_correction, opts.bias_images, opts.rounding], "size_weight": opts.size_weight,
-        "ranges_by": opts.ranges_by, "equalization": [opts.equalization, opts.equalize_alpha, opts.equalize_passes],
+        "ranges_by": opts.ranges_by, "equalization": [opts.equalization, opts.equalize_alpha, opts.equalize_passes,
+                         opts.equalize_adds],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -223,7 +225,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         raise CalibrationError(f"equalize_alpha must be in [0, 1], got {opts.equalize_alpha}")
     if opts.equalize_passes < 1:
         raise CalibrationError(f"equalize_passes must be at least 1, got {opts.equalize_passes}")
-    regions: list[Region] = find_regions(prepared) if opts.equalization != "none" else []
+    regions: list[Region] = find_regions(prepared, opts.equalize_adds) if opts.equalization != "none" else []
     quantized_now = set(plan.quantized_tensors)
     channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now
                        and opts.equalization == "activations"}

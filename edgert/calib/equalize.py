@@ -50,6 +50,7 @@ class Region:
     sources: list[str]  # convs whose output channels are divided by d
     absorbers: list[str]  # convs whose input channels are multiplied by d
     segments: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)  # tensor -> its channels
+    ties: list[list[str]] = field(default_factory=list)  # sources added together: one d for each group
     why_not: str | None = None  # None: the region can be rescaled
 
 
@@ -104,8 +105,25 @@ def _conv_weights(model: onnx.ModelProto, node: onnx.NodeProto, inits: Mapping[s
     return None
 
 
-def find_regions(model: onnx.ModelProto) -> list[Region]:
-    """Every region that starts at a Conv's output, with ``why_not`` set where it cannot be rescaled."""
+def _tie(segs_a: Sequence[tuple[str, int, int]], segs_b: Sequence[tuple[str, int, int]],
+         width: Mapping[str, int]) -> list[tuple[str, str]] | None:
+    """The source pairs an Add of tensors with these channels ties (whole convs of one width), or None."""
+    if len(segs_a) != len(segs_b):
+        return None
+    pairs = []
+    for (sa, ba, ea), (sb, bb, eb) in zip(segs_a, segs_b):
+        if ba or bb or ea != width[sa] or eb != width[sb] or width[sa] != width[sb]:
+            return None  # a slice of a conv: its other channels would need the same d too
+        pairs.append((sa, sb))
+    return pairs
+
+
+def find_regions(model: onnx.ModelProto, through_adds: bool = False) -> list[Region]:
+    """Every region that starts at a Conv's output, with ``why_not`` set where it cannot be rescaled.
+
+    ``through_adds``: an Add of two such tensors (an FPN's lateral conv plus the upsampled level above) joins
+    their regions, and the convs whose channels meet in it get one ``d`` (``Region.ties``): ``A / d + B / d
+    = (A + B) / d``, so it is still exact. Without it an Add leaves both regions alone."""
     g = model.graph
     inits = {i.name: i for i in g.initializer}
     uses: dict[str, int] = {}
@@ -130,11 +148,22 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
             parent[rb] = ra
 
     sources: dict[str, str] = {}  # tensor -> the conv whose output it is
+    width: dict[str, int] = {}
+    tied: list[tuple[str, str]] = []
     for node in g.node:  # graph order is topological
         if node.op_type == "Conv" and _conv_weights(model, node, inits, uses) is None and node.output:
             w = numpy_helper.to_array(inits[node.input[1]])
             segments[node.output[0]] = [(node.name, 0, int(w.shape[0]))]
             sources[node.output[0]] = node.name
+            width[node.name] = int(w.shape[0])
+        elif (through_adds and node.op_type == "Add" and len(node.input) == 2 and node.input[0] != node.input[1]
+              and all(t in segments for t in node.input)):
+            pairs = _tie(segments[node.input[0]], segments[node.input[1]], width)
+            if pairs is not None:
+                segments[node.output[0]] = list(segments[node.input[0]])
+                tied += pairs
+                for t in node.input:
+                    join(t, node.output[0])
         elif node.op_type == "Concat" and int(_attr(node, "axis", 0)) == 1 and node.input:
             if all(t in segments for t in node.input):
                 segments[node.output[0]] = [s for t in node.input for s in segments[t]]
@@ -151,13 +180,14 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
         if t in sources:
             r.sources.append(sources[t])
     for region in regions.values():
+        region.ties = _groups([(a, b) for a, b in tied if a in region.sources])
         absorbers: list[str] = []
         for t in region.segments:
             if t in outputs:
                 region.why_not = f"{t} is a graph output"
                 break
             for node in consumers.get(t, []):
-                if node.output and node.output[0] in region.segments and (node.op_type == "Concat" or (
+                if node.output and node.output[0] in region.segments and (node.op_type in ("Concat", "Add") or (
                         node.input[0] == t and t not in node.input[1:] and _homogeneous(model, node))):
                     continue  # a homogeneous op or Concat inside the region
                 if node.op_type == "Shape":
@@ -175,6 +205,16 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
         if region.why_not is None and not absorbers:
             region.why_not = "no conv reads it"
     return list(regions.values())
+
+
+def _groups(pairs: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The connected groups of the pairs' names (each pair: two convs that must share one ``d``)."""
+    groups: list[set[str]] = []
+    for a, b in pairs:
+        hit = [g for g in groups if a in g or b in g]
+        merged = {a, b}.union(*hit)
+        groups = [g for g in groups if g not in hit] + [merged]
+    return [sorted(g) for g in groups]
 
 
 def channel_absmax(value: np.ndarray) -> np.ndarray:
@@ -285,6 +325,11 @@ def _region_scales(region: Region, inits: Mapping[str, onnx.TensorProto], nodes:
         for s, b, e in region.segments[node.input[0]]:
             w[s][b:e] = np.maximum(w[s][b:e], cols[at: at + e - b])
             at += e - b
+    for group in region.ties:  # convs added together: their channels get the larger of their ranges, one d
+        r_group = np.max([r[s] for s in group], axis=0)
+        w_group = np.max([w[s] for s in group], axis=0)
+        for s in group:
+            r[s], w[s] = r_group, w_group
     if not any(v.any() for v in r.values()):
         return None
     d: dict[str, np.ndarray] = {}
