@@ -15,6 +15,11 @@ The figures of calibration/README.md's "methods x models" table come from it:
     python scripts/eval_int8.py nanodet '{}'                          # the default
     python scripts/eval_int8.py yolov8s '{"max_drop": null}'          # full INT8
     python scripts/eval_int8.py nanodet '{"method": "mse", "max_drop": null}'
+    python scripts/eval_int8.py nanodet '{"seed": 3}' --fp16     # the metric's floor: FP16, same frames
+
+``--fp16``: no calibration; the model converted to FP16 (``edgert.rewrite.fp16``, as ``edgert convert
+--precision fp16``) is measured in its place, on the frames the INT8 run with the same ``seed`` holds out:
+how far from 1.0 the held-out comparison is for a model with no INT8 in it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ MODELS = {
     "yolov8s": ASSETS / "models/detection/yolov8s-fall-640.onnx",
     "yolov3tiny": ASSETS / "models/detection/yolov3-tiny-coco-416.onnx",  # not tuned on: the check of the default
 }
+MODELS_NAME = {v: k for k, v in MODELS.items()}
 
 
 def main() -> int:
@@ -43,6 +49,7 @@ def main() -> int:
     ap.add_argument("options", nargs="?", default="{}", help="CalibrationOptions fields as JSON")
     ap.add_argument("--frames", type=int, default=50, help="frames of vtest.avi in the evaluation (default 50)")
     ap.add_argument("--out", type=Path, help="Q/DQ model to write (default: a temporary folder)")
+    ap.add_argument("--fp16", action="store_true", help="measure the FP16 model instead (no calibration)")
     args = ap.parse_args()
 
     from edgert.calib.calibrate import CalibrationOptions, calibrate
@@ -52,6 +59,8 @@ def main() -> int:
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}  # tuple fields
     out = args.out or Path(tempfile.mkdtemp(prefix="edgert-int8-")) / f"{args.model}.int8.onnx"
     src = MODELS[args.model]
+    if args.fp16:
+        return _fp16(src, out.with_suffix(".fp16.onnx"), options, args.frames)
     t0 = time.perf_counter()
     report = calibrate(src, ASSETS / "images", out, options=CalibrationOptions(force=True, **options), progress=False)
     seconds = time.perf_counter() - t0
@@ -75,6 +84,36 @@ def main() -> int:
         "verdict": (report.get("verdict") or {}).get("met"), "timing_s": report.get("timing_s"),
         "sensitivity_steps": (report.get("sensitivity") or {}).get("steps"),
         "peak_rss_mb": report["peak_rss_mb"], "output": str(out),
+    }))
+    return 0
+
+
+def _fp16(src: Path, out: Path, options: dict, count: int) -> int:
+    """The held-out comparison of the FP16 model (the frames ``options``' seed leaves out of calibration)."""
+    from edgert.calib.calibrate import CalibrationOptions
+    from edgert.calib.comparison import compare_detectors, evaluation_frames
+    from edgert.calib.dataset import CalibrationImages
+    from edgert.rewrite.fp16 import convert_file
+
+    opts = CalibrationOptions(**options)
+    draw = CalibrationImages(ASSETS / "images", num=opts.num, seed=opts.seed, quiet=True)
+    for _ in draw:  # the images calibration with this seed reads (``used`` fills as they are read)
+        pass
+    used = list(draw.used)
+    t0 = time.perf_counter()
+    convert_file(src, out)
+    seconds = time.perf_counter() - t0
+    frames = list(evaluation_frames(ASSETS / "images", ASSETS / "video/vtest.avi", count, used))
+    held = compare_detectors(src, out, frames)
+    video = [f for f in frames if "#" in f[0]]
+    photos = [f for f in frames if "#" not in f[0]]
+    print(json.dumps({
+        "model": MODELS_NAME[src], "precision": "fp16", "options": options,
+        "heldout_map50_95": held["map"]["map50_95"], "heldout_strict": held["map_strict"]["map50_95"],
+        "heldout_frames": held["frames"],
+        "heldout_photos": compare_detectors(src, out, photos)["map"]["map50_95"] if photos else None,
+        "heldout_video": compare_detectors(src, out, video)["map"]["map50_95"] if video else None,
+        "video_swap": _swap(src, out, video), "convert_seconds": round(seconds, 1), "output": str(out),
     }))
     return 0
 

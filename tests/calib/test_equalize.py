@@ -166,3 +166,94 @@ def test_channel_absmax_is_the_largest_finite_magnitude_per_channel() -> None:
     x[0, 2, :, 0] = -np.inf  # -inf padding: ignored
     x[1, 2, 3, 3] = 0.5
     assert channel_absmax(x).tolist() == [7.0, 2.5, 0.5]
+
+
+def _chain() -> onnx.ModelProto:
+    """x -> conv1 -> LeakyRelu -> conv2 -> LeakyRelu -> conv3: conv2 absorbs the first region's scales and is
+    the source of the second's, so a pass over the graph changes what the pass before balanced."""
+    rng = np.random.default_rng(2)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        arr = rng.normal(0, 0.3, shape) * np.logspace(-1, 1, shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
+        return numpy_helper.from_array(arr.astype(np.float32), name)
+
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 5, 6, 3, 3), w("b2", 5), w("w3", 4, 5, 1, 1)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["h1"], ["a1"], name="act1", alpha=0.1),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["h2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["h2"], ["a2"], name="act2", alpha=0.1),
+             helper.make_node("Conv", ["a2", "w3"], ["y"], name="conv3")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return prepare_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_weight_equalisation_passes_converge_exactly_in_float() -> None:
+    model = _chain()
+    regions = find_regions(model)
+    assert [sorted(r.sources) for r in regions if r.why_not is None] == [["conv1"], ["conv2"]]
+    once, one = equalize(model, regions, {}, 0.5, ranges="weights")
+    _, again = equalize(once, regions, {}, 0.5, ranges="weights")
+    assert one["passes"] == 1 and again["largest_log_d"][0] > 0.05  # one pass is not a fixed point
+    converged, many = equalize(model, regions, {}, 0.5, ranges="weights", passes=200, tolerance=1e-3)
+    assert 1 < many["passes"] < 200 and many["largest_log_d"][-1] < 1e-3
+    _, after = equalize(converged, regions, {}, 0.5, ranges="weights")
+    assert after["largest_log_d"][0] < 1e-3  # another pass moves nothing: the fixed point
+    for x in _feeds(3):
+        ((ref,), (got,)) = _outputs(model, x), _outputs(converged, x)
+        assert np.abs(ref - got).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    _, measured = equalize(model, regions, _channel_max(model, ["a1", "a2"]), 0.5, passes=5)
+    assert measured["passes"] == 1  # activation ranges are measured once, on the model as given
+
+
+def _fpn(width_b: int = 6) -> onnx.ModelProto:
+    """conv_a and conv_b (rows spread 100x) -> Resize(conv_b) -> Add -> LeakyRelu -> conv_c: an FPN's lateral
+    plus the upsampled level above. ``width_b`` 1: the Add broadcasts conv_b's one channel over conv_a's six,
+    which no per-channel d of both can keep exact."""
+    rng = np.random.default_rng(3)
+    rows = np.logspace(-1, 1, 6)
+
+    def w(name: str, *shape: int, spread: bool = True) -> onnx.TensorProto:
+        arr = rng.normal(0, 0.3, shape)
+        if spread:
+            arr = arr * np.resize(rows, shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
+        return numpy_helper.from_array(arr.astype(np.float32), name)
+
+    inits = [w("wa", 6, 3, 3, 3), w("ba", 6), w("wb", width_b, 3, 3, 3), w("bb", width_b),
+             w("wc", 4, 6, 3, 3, spread=False), numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "wb", "bb"], ["b"], name="conv_b", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Resize", ["b", "", "sc"], ["up"], name="up", mode="nearest"),
+             helper.make_node("Add", ["a", "up"], ["sum"], name="add"),
+             helper.make_node("LeakyRelu", ["sum"], ["act"], name="act", alpha=0.1),
+             helper.make_node("Conv", ["act", "wc"], ["y"], name="conv_c", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "fpn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return prepare_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_equalisation_through_an_add_ties_both_convs_and_stays_exact() -> None:
+    model = _fpn()
+    alone = ["a feeds Add add", "up feeds Add add", "y is a graph output"]
+    assert sorted(r.why_not or "" for r in find_regions(model)) == alone
+    (region,) = [r for r in find_regions(model, through_adds=True) if r.sources != ["conv_c"]]
+    assert region.why_not is None and region.ties == [["conv_a", "conv_b"]] and region.absorbers == ["conv_c"]
+    eq, summary = equalize(model, [region], {}, 0.5, ranges="weights")
+    assert len(summary["regions"]) == 1
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    after = {i.name: numpy_helper.to_array(i) for i in eq.graph.initializer}
+    d_a, d_b = inits["ba"] / after["ba"], inits["bb"] / after["bb"]
+    assert np.allclose(d_a, d_b, rtol=1e-5) and np.ptp(np.log(d_a)) > 1.0  # one d, and not a flat one
+    for x in _feeds(3):
+        ((ref,), (got,)) = _outputs(model, x), _outputs(eq, x)
+        assert np.abs(ref - got).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    before, flat = _channel_max(model, ["act"])["act"], _channel_max(eq, ["act"])["act"]
+    assert flat.min() / flat.max() > 2 * before.min() / before.max()
+
+
+def test_an_add_that_broadcasts_one_channel_is_not_tied() -> None:
+    model = _fpn(width_b=1)
+    assert _outputs(model, _feeds(1)[0])[0].shape == (1, 4, 16, 16)  # a valid model
+    regions = find_regions(model, through_adds=True)
+    assert sorted(r.why_not or "" for r in regions) == ["a feeds Add add", "up feeds Add add", "y is a graph output"]
+    assert not any(r.ties for r in regions)
