@@ -221,3 +221,26 @@ def test_a_worker_killed_while_on_the_hub_ends_after_the_frames_it_sent_and_the_
     assert 30 <= len(digests[0]) < 200 and digests[0] == _digests_in_process(str(videos[0]))[:len(digests[0])]
     assert outcomes[1] == "end" and digests[1] == _digests_in_process(str(videos[1]))
     assert tags.count(0) >= 25
+
+
+def test_workers_that_sent_their_whole_file_before_the_hub_came_still_end_the_run(tmp_path: Path) -> None:
+    """Files shorter than a ring: each worker has sent every frame and its end through its own pipe when the
+    collector hands it the hub (the worker takes the descriptor in its last wait); every frame, in order."""
+    from edgert.config import ModelConfig, PipelineConfig
+    from edgert.pipeline import BaseObserver, Pipeline
+    from edgert.vision.capture.process import ProcessCaptureSource
+    from tests.pipeline.media import tiny_detector
+
+    videos = [make_video(tmp_path / f"v{i}.avi", frames=2, size=(64, 48)) for i in range(3)]
+    sources = [ProcessCaptureSource(SourceConfig(uri=str(v))) for v in videos]
+    config = PipelineConfig(model=ModelConfig(path=str(tiny_detector(tmp_path / "t.onnx"))))
+    procs: list[Any] = []
+
+    class _Workers(BaseObserver):
+        def on_start(self, info: Any) -> None:
+            procs.extend(s._proc for s in sources)  # the worker processes, to read how they ended
+
+    summary = Pipeline(config, sources=sources, observers=[_Workers()], handle_signals=False).run()
+    assert [(s["frames"], s["ended"]) for s in summary["sources"]] == [(2, "end of input")] * 3
+    # Each took the hub's descriptor off its socket and read the stop whole: it exited by itself, not killed.
+    assert len(procs) == 3 and [p.exitcode for p in procs] == [0, 0, 0]
