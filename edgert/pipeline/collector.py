@@ -5,11 +5,13 @@ worker's message) and cost about 90 Python calls and five system calls in the pi
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
 NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
-for about 2 ms of work. The collector polls every worker's pipe in one call, reads each ready pipe once (all
-the messages there), gets the frames the results thread finished in one hand-over per batch
-(:meth:`Collector.give_back`), gives each worker its slots back in one message per wake, and tells the batcher
-once per wake; per frame only its message's unpickling and a few attribute stores remain (about 32 Python calls
-a frame in all, 88 before: ``scripts/profile_host.py``, docs/pipeline.md).
+for about 2 ms of work. The collector polls every worker's pipe and one pipe the workers share for their frames
+(:mod:`edgert.vision.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a
+worker's own pipe only when it says something else (a frame larger than its slot, the end, an error, its death),
+gets the frames the results thread finished in one hand-over per batch (:meth:`Collector.give_back`), gives a
+worker its slots back two at a time, and tells the batcher once per wake; per frame only its record's unpickling
+and a few attribute stores remain (about 30 Python calls and 0.8 pipe system calls a frame at 16 streams, where a
+thread per source made about 88 and five: ``scripts/profile_host.py``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first
@@ -58,10 +60,11 @@ def collects(feed: _Feed, paced: bool) -> bool:
 class Collector:
     """Reads ``feeds`` (all :func:`collects`) on one thread: :meth:`run`. ``cv`` is the batcher's condition.
 
-    Per wake, not per frame: one ``poll`` for every pipe, one read of each pipe that has something
-    (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`), one message to each worker whose slots came
-    back, one lock for the frames the results thread gave back (:meth:`give_back`, once per batch) and one for
-    the batcher. Per frame only what is the frame's own: its message unpickled, its slot's view, its stamps.
+    Per wake, not per frame: one ``poll`` for every pipe, one read of the shared pipe (the hub), one read of each
+    own pipe that has something (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`: rare), one
+    message to each worker with two slots back (or its last), one lock for the frames the results thread gave back
+    (:meth:`give_back`, once per batch) and one for the batcher. Per frame only what is the frame's own: its
+    message unpickled, its slot's view, its stamps.
     """
 
     def __init__(self, state: RunState, feeds: Sequence[_Feed], cv: threading.Condition, limit: int | None) -> None:

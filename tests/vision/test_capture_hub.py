@@ -61,6 +61,23 @@ def _read_to_end(hub: MessageHub, slow: float = 0.0) -> list[int]:
     return touched
 
 
+def _wait_until_full(hub: MessageHub) -> None:
+    """Until the hub's pipe is full, as the kernel counts it (what it holds stops growing: its writers block)."""
+    import fcntl
+    import termios
+
+    held, last, still = np.zeros(1, np.int32), -1, 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        fcntl.ioctl(hub.fileno(), termios.FIONREAD, held)
+        still = still + 1 if held[0] == last and held[0] >= 16384 else 0
+        if still >= 4:
+            return
+        last = int(held[0])
+        time.sleep(0.05)
+    raise AssertionError(f"the hub never filled: {held[0]} bytes")
+
+
 def _check(inbox: Any, tag: int) -> int:
     seqs = []
     for msg in inbox:
@@ -103,7 +120,7 @@ def test_a_writer_killed_mid_stream_leaves_only_whole_records() -> None:
     killed, other = _writer(hub, 0, -1), _writer(hub, 1, 300)  # the first writes until it is killed
     hub.close_writer()
     try:
-        time.sleep(0.5)  # it blocks on the full pipe: killed in the middle of its writes
+        _wait_until_full(hub)  # both block on the full pipe: the first is killed in the middle of its writes
         killed.send_signal(signal.SIGKILL)
         touched = _read_to_end(hub)
     finally:

@@ -32,7 +32,11 @@ __all__ = ["HUB_RECORD_BYTES", "HubWriter", "MessageHub"]
 #: The most a record may take (header included): a pipe's atomic write (4 096 bytes on Linux, 512 by POSIX).
 HUB_RECORD_BYTES = int(getattr(select, "PIPE_BUF", 512))
 _HEADER = struct.Struct("<II")  # tag, body length
-_READ_BYTES = 1 << 20  # above a pipe's capacity (64 KiB unless raised): one read empties it
+_READ_BYTES = 1 << 20  # a pipe's capacity at most (the one asked for below): one read empties it
+#: What the hub asks to hold (Linux's default ceiling for an unprivileged pipe, fs.pipe-max-size): every worker's
+#: read-ahead records at once (some 130 bytes each, ~6 a source: 64 KiB, the default, would hold ~60 sources'
+#: with the kernel's page packing) so that no worker waits on the hub while the collector is busy.
+_HUB_BYTES = 1 << 20
 
 
 class MessageHub:
@@ -43,6 +47,10 @@ class MessageHub:
     def __init__(self) -> None:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)  # the workers' end stays blocking: a full hub holds them (back-pressure)
+        with contextlib.suppress(OSError, AttributeError):  # not Linux, or a lower ceiling: the default size works
+            import fcntl
+
+            fcntl.fcntl(self._w, fcntl.F_SETPIPE_SZ, _HUB_BYTES)
         self._routes: dict[int, collections.deque[tuple[Any, ...]]] = {}
         self._partial = b""
         self.ended = False  # every writer is gone (the read end reads EOF): nothing more will come
