@@ -14,6 +14,11 @@ Frames per second here say nothing about a GPU; the calls per frame are what the
 there (docs/pipeline.md, issue 28).
 
     python3 scripts/profile_host.py --streams 16 --frames 200 --out host.json [--capture process] [--track]
+                                    [--observers 2]
+
+``--observers N`` adds N observers shaped like the run's own power and telemetry ones (a count test per frame,
+or ``on_frames`` per batch where the pipeline has it): what an ``edgert run`` on a machine with a power meter and
+GPU telemetry carries, which this CPU box does not.
 """
 
 from __future__ import annotations
@@ -41,6 +46,29 @@ def _role(name: str) -> str:
     return "other"
 
 
+class _EveryFewFrames:
+    """Like hooks.PowerWatts without a meter: a count test per frame (``on_frame``) or per batch (``on_frames``)."""
+
+    def __init__(self) -> None:
+        self.every, self.seen, self.refreshes = 160, 0, 0
+
+    def on_start(self, info: Any) -> None:
+        pass
+
+    def on_frame(self, stats: Any) -> None:
+        if stats.frames % self.every == 1:
+            self.refreshes += 1
+        self.seen = stats.frames
+
+    def on_frames(self, stats: Any) -> None:
+        seen, self.seen = self.seen, stats.frames
+        if stats.frames > seen and (stats.frames - 1) // self.every != (seen - 1) // self.every:
+            self.refreshes += 1
+
+    def on_stop(self, summary: Any) -> None:
+        pass
+
+
 def _config(model: Path, video: Path, streams: int, frames: int, capture: str, track: bool) -> Any:
     from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig, TrackConfig
 
@@ -50,7 +78,8 @@ def _config(model: Path, video: Path, streams: int, frames: int, capture: str, t
                           track=TrackConfig() if track else None)
 
 
-def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict[str, pstats.Stats], dict[str, float]]:
+def _run(config: Any, profile: bool, observers: int = 0
+         ) -> tuple[dict[str, Any], float, float, dict[str, pstats.Stats], dict[str, float]]:
     from edgert.pipeline.runner import Pipeline
 
     profiles: list[tuple[str, cProfile.Profile]] = []
@@ -78,7 +107,8 @@ def _run(config: Any, profile: bool) -> tuple[dict[str, Any], float, float, dict
     try:
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
-        summary = Pipeline(config, handle_signals=False, environment=False).run()
+        summary = Pipeline(config, observers=[_EveryFewFrames() for _ in range(observers)], handle_signals=False,
+                           environment=False).run()
         wall = time.perf_counter() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     finally:
@@ -100,6 +130,7 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=200, help="frames per stream")
     ap.add_argument("--capture", default="process", help="source.capture for every stream")
     ap.add_argument("--track", action="store_true", help="ByteTrack on every stream")
+    ap.add_argument("--observers", type=int, default=0, help="observers like the power and telemetry ones")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", default="profile_host.json")
     args = ap.parse_args()
@@ -109,12 +140,13 @@ def main() -> int:
         model = tiny_detector(Path(tmp) / "tiny.onnx", dynamic_batch=True)
         video = make_video(Path(tmp) / "v.avi", frames=50, size=(160, 120))
         config = _config(model, video, args.streams, args.frames, args.capture, args.track)
-        summary, wall, cpu, _, thread_cpu = _run(config, profile=False)
+        summary, wall, cpu, _, thread_cpu = _run(config, profile=False, observers=args.observers)
         frames = summary["frames"]
-        _, _, _, roles, _ = _run(config, profile=True)
+        _, _, _, roles, _ = _run(config, profile=True, observers=args.observers)
     result: dict[str, Any] = {
         "machine": machine_info(), "streams": args.streams, "frames": frames, "capture": args.capture,
-        "track": args.track, "batch": summary.get("batch"), "wall_s": round(wall, 2), "fps": summary["fps"],
+        "track": args.track, "observers": args.observers, "batch": summary.get("batch"), "wall_s": round(wall, 2),
+        "fps": summary["fps"],
         "main_cpu_us_per_frame": round(cpu / frames * 1e6, 1),
         "thread_cpu_us_per_frame": {role: round(t / frames * 1e6, 1) for role, t in sorted(thread_cpu.items())},
         "roles": {}}

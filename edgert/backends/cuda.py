@@ -211,16 +211,23 @@ class Kernel:
     """One ``__global__`` function of a module compiled by :func:`compile_kernels`.
 
     ``launch`` takes numpy scalars (``np.int32``, ``np.float32``, ``np.uintp`` for device addresses) in
-    the kernel's parameter order; it only enqueues the work on ``stream``.
+    the kernel's parameter order; it only enqueues the work on ``stream``. With ``handle`` (the driver's
+    ``CUfunction``) the launch is one ``cuLaunchKernel`` through ``ctypes.PyDLL``, keeping the interpreter lock;
+    without it, pycuda's prepared call.
     """
 
-    def __init__(self, raw: Any, name: str) -> None:
+    def __init__(self, raw: Any, name: str, handle: int | None = None) -> None:
         self.raw = raw
         self.name = name
+        self.handle = handle
         self._prepared = ""
+        self._local = threading.local()  # per thread: the packed arguments and the pointers to them
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...],
                stream: Stream, shared: int = 0) -> None:
+        if self.handle is not None:
+            self._launch_direct(grid, block, args, stream, shared)
+            return
         # A prepared call packs the arguments with one struct format made once, where a plain call inspects
         # every argument every time: at thousands of launches a second the difference is host time.
         # Callers pass the same numpy scalar types on every launch of a kernel (its C signature), so the
@@ -236,24 +243,106 @@ class Kernel:
         except Exception as exc:
             raise BackendError(f"CUDA kernel {self.name} failed to launch: {exc}") from exc
 
+    def _launch_direct(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...],
+                       stream: Stream, shared: int) -> None:
+        # pycuda's prepared call is about ten Python-level steps per launch (block shape, pack, texrefs, launch),
+        # each made with the slot thread holding the interpreter lock the other slots wait for: at 16 NanoDet
+        # streams on the H200 its lines were 7 % of the lock's samples (docs/pipeline.md, session 8). Here: one
+        # pack into this thread's buffer (the driver copies the parameters at launch, so the buffer is free
+        # again when the call returns) and one driver call.
+        local = self._local
+        packed = getattr(local, "packed", None)
+        if packed is None or packed[0] != len(args):
+            packed = local.packed = (len(args), *_pack_layout(args))
+        _, fmt, buf, params = packed
+        try:
+            fmt.pack_into(buf, 0, *args)
+        except Exception as exc:  # struct.error: an argument of another type than on this thread's first launch
+            raise BackendError(f"CUDA kernel {self.name} failed to launch: {exc}") from exc
+        code = _launch_function()(self.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                                  stream.handle, params, None)
+        if code != 0:
+            raise BackendError(f"CUDA kernel {self.name} failed to launch: CUDA error {code}")
+
 
 #: numpy scalar type codes -> struct codes for pycuda's prepared calls (pointers travel as np.uintp)
 _STRUCT_CODES = {"i": "i", "l": "q", "q": "q", "I": "I", "L": "Q", "Q": "Q", "f": "f", "d": "d", "P": "P"}
 
 
+def _pack_layout(args: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    """``(struct, buffer, void* array)`` for arguments typed as ``args``: each parameter at its C offset (native
+    alignment, as the kernel's parameter list lays them out), the array pointing at each one."""
+    import ctypes
+    import struct
+
+    codes = [_STRUCT_CODES[np.dtype(type(a)).char] for a in args]
+    fmt = struct.Struct("@" + "".join(codes))
+    buf = ctypes.create_string_buffer(max(fmt.size, 1))
+    base = ctypes.addressof(buf)
+    offsets = [struct.calcsize("@" + "".join(codes[:k + 1])) - struct.calcsize("@" + codes[k]) for k in
+               range(len(codes))]
+    params = (ctypes.c_void_p * max(len(codes), 1))(*[base + off for off in offsets])
+    return fmt, buf, params
+
+
+_launch: Any = None  # cuLaunchKernel through ctypes.PyDLL, looked up once
+
+
+def _launch_function() -> Any:
+    global _launch
+    if _launch is None:
+        import ctypes
+
+        fn = _libcuda_holding_gil().cuLaunchKernel
+        u = ctypes.c_uint
+        fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _launch = fn
+    return _launch
+
+
+def _module_functions(cubin: bytes, names: tuple[str, ...]) -> dict[str, int] | None:
+    """The ``CUfunction`` of each of ``names`` in ``cubin`` loaded with the driver API (in the current context);
+    None where the driver cannot be reached through ctypes (then the kernels launch through pycuda)."""
+    import ctypes
+
+    try:
+        lib = _libcuda_holding_gil()
+    except OSError as exc:
+        log.debug("libcuda through ctypes: %s; kernels launch through pycuda", exc)
+        return None
+    module = ctypes.c_void_p()
+    code = lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin))
+    if code != 0:
+        log.debug("cuModuleLoadData failed with CUDA error %d; kernels launch through pycuda", code)
+        return None
+    found: dict[str, int] = {}
+    for name in names:
+        fn = ctypes.c_void_p()
+        code = lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode())
+        if code != 0 or not fn.value:
+            raise BackendError(f"CUDA kernel {name} is not in the compiled module (CUDA error {code})")
+        found[name] = int(fn.value)
+    return found  # the module stays loaded for the process, as pycuda's modules of the same kernels do
+
+
 def compile_kernels(source: str, names: tuple[str, ...], options: tuple[str, ...] = ()) -> dict[str, Kernel]:
-    """Compile CUDA C++ ``source`` with nvcc (pycuda SourceModule) for the current device; call inside
+    """Compile CUDA C++ ``source`` with nvcc (pycuda's compiler) for the current device; call inside
     ``CudaDevice.active()``. The source declares its kernels ``extern "C"`` itself (it may include C++
-    headers such as cuda_fp16.h). pycuda caches the binary, so a second process starts fast."""
+    headers such as cuda_fp16.h). pycuda caches the binary, so a second process starts fast. The module is
+    loaded twice: by pycuda (its functions kept as ``Kernel.raw``) and by the driver API directly, whose
+    functions are what ``Kernel.launch`` calls (the kernels have no module globals, so the copies share no state)."""
     compiler = lazy_import("pycuda.compiler", "run-time compiled CUDA kernels (nvcc must be on PATH)")
     try:
-        module = compiler.SourceModule(source, no_extern_c=True, options=list(options))
+        cubin = compiler.compile(source, no_extern_c=True, options=list(options))
     except Exception as exc:  # pycuda.driver.CompileError carries nvcc's stderr
         detail = getattr(exc, "stderr", "") or str(exc)
         first = next((ln for ln in str(detail).splitlines() if "error" in ln.lower()), str(detail)[:200])
         raise BackendError(f"cannot compile CUDA kernels ({first.strip()}). Note: nvcc from the CUDA toolkit "
                            "must be on PATH (JetPack: /usr/local/cuda/bin)") from exc
-    return {name: Kernel(module.get_function(name), name) for name in names}
+    module = _driver().module_from_buffer(cubin)
+    handles = _module_functions(cubin, names) or {}
+    return {name: Kernel(module.get_function(name), name, handles.get(name)) for name in names}
 
 
 def device_traits(device: CudaDevice) -> dict[str, bool]:

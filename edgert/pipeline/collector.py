@@ -5,11 +5,13 @@ worker's message) and cost about 90 Python calls and five system calls in the pi
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
 NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
-for about 2 ms of work. The collector polls every worker's pipe in one call, reads each ready pipe once (all
-the messages there), gets the frames the results thread finished in one hand-over per batch
-(:meth:`Collector.give_back`), gives each worker its slots back in one message per wake, and tells the batcher
-once per wake; per frame only its message's unpickling and a few attribute stores remain (about 32 Python calls
-a frame in all, 88 before: ``scripts/profile_host.py``, docs/pipeline.md).
+for about 2 ms of work. The collector polls every worker's pipe and one pipe the workers share for their frames
+(:mod:`edgert.vision.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a
+worker's own pipe only when it says something else (a frame larger than its slot, the end, an error, its death),
+gets the frames the results thread finished in one hand-over per batch (:meth:`Collector.give_back`), gives a
+worker its slots back two at a time, and tells the batcher once per wake; per frame only its record's unpickling
+and a few attribute stores remain (about 30 Python calls and 0.8 pipe system calls a frame at 16 streams, where a
+thread per source made about 88 and five: ``scripts/profile_host.py``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first
@@ -42,6 +44,10 @@ log = logging.getLogger(__name__)
 
 _POLL_MS = 100  # how long a wait lasts before it checks for a stop or an abort (the capture threads' 0.1 s)
 _CAPTURE = STAGES.index("capture")
+#: Freed ring slots a worker gets back in one message (fewer writes); a slot alone waits for the next one while
+#: another of its source's frames is out. The ring has READ_AHEAD (3) slots beyond the pipeline's frames, so the
+#: worker still decodes ahead meanwhile.
+_GIVE_BACK_AT = 2
 
 
 def collects(feed: _Feed, paced: bool) -> bool:
@@ -54,10 +60,11 @@ def collects(feed: _Feed, paced: bool) -> bool:
 class Collector:
     """Reads ``feeds`` (all :func:`collects`) on one thread: :meth:`run`. ``cv`` is the batcher's condition.
 
-    Per wake, not per frame: one ``poll`` for every pipe, one read of each pipe that has something
-    (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`), one message to each worker whose slots came
-    back, one lock for the frames the results thread gave back (:meth:`give_back`, once per batch) and one for
-    the batcher. Per frame only what is the frame's own: its message unpickled, its slot's view, its stamps.
+    Per wake, not per frame: one ``poll`` for every pipe, one read of the shared pipe (the hub), one read of each
+    own pipe that has something (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`: rare), one
+    message to each worker with two slots back (or its last), one lock for the frames the results thread gave back
+    (:meth:`give_back`, once per batch) and one for the batcher. Per frame only what is the frame's own: its
+    message unpickled, its slot's view, its stamps.
     """
 
     def __init__(self, state: RunState, feeds: Sequence[_Feed], cv: threading.Condition, limit: int | None) -> None:
@@ -72,11 +79,23 @@ class Collector:
         self._lock = threading.Lock()
         self._back: list[_Frame] = []  # given back, not yet sorted to their sources (under _lock)
         self._open = True  # run() still sorts them (under _lock); after it, they go to the free lists at once
+        self._held: dict[int, list[int]] = {feed.index: [] for feed in self.feeds}  # freed slots not yet sent
+        self._frames: dict[int, int] = {feed.index: 0 for feed in self.feeds}  # each source's frames (run())
         # A file's media time as edgert.vision.sources.media_time has it (a worker sends no frame times): its
         # index over its rate, fixed once the source is open.
         self._rates = {feed.index: float(getattr(feed.source, "fps", None) or 30.0) for feed in self.feeds}
         for feed in self.feeds:
             feed.give_back = self.give_back
+        # One pipe for every worker's frames (edgert.vision.capture.hub): one read per wake, not one per source.
+        from edgert.vision.capture.hub import MessageHub
+
+        self._hub: MessageHub | None = MessageHub()
+        joined = [feed.source.join_hub(self._hub, feed.index) for feed in self.feeds  # type: ignore[attr-defined]
+                  if callable(getattr(feed.source, "join_hub", None))]
+        self._hub.close_writer()  # the workers hold it now: the hub reads EOF when the last of them is gone
+        if not any(joined):
+            self._hub.close()
+            self._hub = None
 
     def give_back(self, frames: Sequence[_Frame]) -> None:
         """Finished frames of collected feeds (the results thread's, once per batch): this thread's next images."""
@@ -96,6 +115,8 @@ class Collector:
     def close(self) -> None:
         for feed in self.feeds:
             feed.give_back = None
+        if self._hub is not None:  # a worker still writing to it ends (EPIPE) as if told to stop
+            self._hub.close()
         for fd in (self._r, self._w):
             with contextlib.suppress(OSError):  # closed already: close is safe to call twice
                 os.close(fd)
@@ -112,9 +133,14 @@ class Collector:
             poller.register(self._r, select.POLLIN)
             for fd in by_fd:
                 poller.register(fd, select.POLLIN)
+            hub = self._hub
+            hub_fd = -1 if hub is None else hub.fileno()
+            if hub is not None:
+                poller.register(hub_fd, select.POLLIN)
             for feed in self.feeds:  # the frames allocate_frames put on the free lists
                 while feed.free.qsize():
                     idle[feed.index].append(feed.free.get_nowait())
+                self._frames[feed.index] = len(idle[feed.index])
             while active and not stop.is_set():
                 self._sort_back(active, idle, touched)
                 got: list[_Frame] = []
@@ -148,15 +174,24 @@ class Collector:
                 ready = poller.poll(_POLL_MS)
                 if abort.is_set():
                     return
+                read_hub = False
                 for fd, _ in ready:
                     if fd == self._r:
                         self._drain()
+                        continue
+                    read_hub = True  # the hub after the own pipes: every frame sent before what they said
+                    if fd == hub_fd:
                         continue
                     feed = by_fd[fd]
                     touched.add(feed.index)
                     if not feed.source.pull():  # type: ignore[attr-defined]
                         paused[feed.index] = fd
                         poller.unregister(fd)
+                if read_hub and hub is not None:
+                    touched.update(hub.read())
+                    if hub.ended:  # every worker gone: an ended pipe stays readable, off the poll
+                        poller.unregister(hub_fd)
+                        hub = None
         finally:
             for feed in active.values():
                 self._end(feed, idle)
@@ -168,13 +203,15 @@ class Collector:
 
     def _sort_back(self, active: dict[int, _Feed], idle: dict[int, list[_Frame]], touched: set[int]) -> None:
         """Frames the results thread gave back: kept for their sources' next images (their slots back to the
-        workers, one message per source), or on the free list of a source that ended."""
+        workers, one message per source once it has :data:`_GIVE_BACK_AT` of them), or on the free list of a
+        source that ended."""
         with self._lock:
             back, self._back = self._back, []
         if not back:
             return
         for f in back:
             idle[f.feed].append(f)
+        held = self._held
         for index in {f.feed for f in back}:
             frames = idle[index]
             feed = active.get(index)
@@ -184,11 +221,16 @@ class Collector:
                 frames.clear()
                 continue
             touched.add(index)
-            slots = [f.lent for f in frames if f.lent >= 0]
-            if slots:
-                for f in frames:
+            slots = held[index]
+            for f in frames:
+                if f.lent >= 0:
+                    slots.append(f.lent)
                     f.lent = -1  # the worker's again (the frame's pixels still view it until its next image)
+            # One write per source per batch was ~0.75 system calls a frame at 16 streams: a slot waits for the
+            # next one, unless none of the source's frames is out (nothing else would come back to join it).
+            if slots and (len(slots) >= _GIVE_BACK_AT or len(frames) >= self._frames[index]):
                 feed.source.give_back(slots)  # type: ignore[attr-defined]
+                held[index] = []
 
     def _match(self, feed: _Feed, idle: list[_Frame], got: list[_Frame], t0: float, now: float) -> bool:
         """``feed``'s frames that arrived, into its idle frames, onto ``got``; False when the feed is done (ended,

@@ -69,6 +69,7 @@ class PowerWatts(BaseObserver):
         self.rail = rail
         self.count_frames = count_frames
         self.every = _WATTS_EVERY
+        self._seen = 0  # stats.frames at the last call
 
     def on_start(self, info: JSONDict) -> None:
         self.every = _WATTS_EVERY * _sources(info)
@@ -77,9 +78,22 @@ class PowerWatts(BaseObserver):
         if self.count_frames:
             self.sampler.frame_done()
         if stats.frames % self.every == 1:
-            watts = self.sampler.moving_average(1.0, self.rail)
-            if watts is not None:
-                stats.watts = float(watts)
+            self._refresh(stats)
+        self._seen = stats.frames
+
+    def on_frames(self, stats: PipelineStats) -> None:
+        """The frames since the last call, at once: counted in one call, the watts refreshed when the count
+        passed a refresh point (what :meth:`on_frame` does for each frame, without a call per frame)."""
+        seen, self._seen = self._seen, stats.frames
+        if self.count_frames and stats.frames > seen:
+            self.sampler.add_frames(stats.frames - seen)
+        if _passed(seen, stats.frames, self.every):
+            self._refresh(stats)
+
+    def _refresh(self, stats: PipelineStats) -> None:
+        watts = self.sampler.moving_average(1.0, self.rail)
+        if watts is not None:
+            stats.watts = float(watts)
 
 
 #: How often (in completed frames per source) the board telemetry is read (some 20 sysfs files).
@@ -96,6 +110,7 @@ class TelemetryObserver(BaseObserver):
         self._clock = time.perf_counter
         self._t0 = self._clock()
         self.every = _TELEMETRY_EVERY
+        self._seen = 0  # stats.frames at the last call
 
     def on_start(self, info: JSONDict) -> None:
         self.every = _TELEMETRY_EVERY * _sources(info)
@@ -103,6 +118,19 @@ class TelemetryObserver(BaseObserver):
     def on_frame(self, stats: PipelineStats) -> None:
         if stats.frames % self.every == 1:
             stats.telemetry = self.watch.update(self._clock() - self._t0, float(stats.fps))
+        self._seen = stats.frames
+
+    def on_frames(self, stats: PipelineStats) -> None:
+        """The frames since the last call: read when the count passed a reading point, as :meth:`on_frame`."""
+        seen, self._seen = self._seen, stats.frames
+        if _passed(seen, stats.frames, self.every):
+            stats.telemetry = self.watch.update(self._clock() - self._t0, float(stats.fps))
+
+
+def _passed(before: int, after: int, every: int) -> bool:
+    """Whether a count in (``before``, ``after``] is one that ``count % every == 1`` picks: the per-frame rule
+    of these observers, for a batch of frames at once."""
+    return every > 1 and after > before and (after - 1) // every != (before - 1) // every
 
 
 def _sources(info: JSONDict) -> int:

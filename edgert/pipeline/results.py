@@ -5,10 +5,12 @@ the pipeline makes per frame is serialised by the interpreter lock with the slot
 (docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings, and
 every source's histogram in one array, in a few numpy calls: :meth:`~edgert.stats.PipelineStats.record_latencies`),
 the detections per class (one ``bincount``), the drop counters (once per 10 frames of each source) and handing
-the frames of worker-decoded files back to the collector (one call). What stays per frame is what is per frame by
-nature: its source's result stages (tracking, lines, zones, in the source's order) and sinks (skipped without a
-call where it has none), the frame counter the observers read (they see every count: ``stats.frames % n``
-tests), its source's figures. About 20 Python calls a frame (44 before; ``scripts/profile_host.py``).
+the frames of worker-decoded files back to the collector (one call), the observers when every one of them takes
+a batch (``on_frames``, :mod:`edgert.pipeline.observer`; the run's own power and telemetry observers do). What
+stays per frame is what is per frame by nature: its source's result stages (tracking, lines, zones, in the
+source's order) and sinks (skipped without a call where it has none; a frame with neither reads no clock of its
+own), the frame counter, its source's figures, and ``on_frame`` for observers that see every count
+(``stats.frames % n`` tests). About 20 Python calls a frame (44 before; ``scripts/profile_host.py``).
 
 The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
 (:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
@@ -52,8 +54,10 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     staged = tracking.apply(frames, run.aborting) if tracking is not None else None  # track.workers: one trip
     share = (time.perf_counter() - t0) / len(frames) if staged is not None and frames else 0.0
     t1 = time.perf_counter() - share  # the sinks' stage includes the stages, as in-process
+    now = t1
     for i, f in enumerate(frames):
         feed = feeds[f.feed]
+        worked = True  # a stage or a sink ran for it: its own clock reading, else the last one's
         if staged is not None:
             detections, events = staged[i]
         elif feed.stages:
@@ -65,9 +69,12 @@ def finish_batch(run: RunState, b: _Batch) -> None:
             else:
                 own = getattr(found, "events", None)  # a speech result's
                 detections, events = found, (_tagged(run, feed, own) if own else [])
+                worked = False
         if run.shared or feed.workers:
             emit(run, feed, f, detections, events)
-        now = time.perf_counter()
+            worked = True
+        if worked:
+            now = time.perf_counter()
         timings = f.timings
         timings[_SINKS] = now - t1
         timings[_TOTAL] = now - f.started
@@ -80,6 +87,8 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     give_back: Callable[[Sequence[_Frame]], None] | None = None
     back: list[_Frame] = []
     notify = run.notify
+    observers = run.observers
+    per_frame = not all([hasattr(o, "on_frames") for o in observers])  # an observer that needs every count
     for f, feed, _, count, events, now in done:
         stats.count_frame(count, feed.name, events, now)
         record_source(run, feed, f, count, now)  # drop counters: once per batch, below
@@ -89,10 +98,17 @@ def finish_batch(run: RunState, b: _Batch) -> None:
         else:  # one collector reads every collected source
             give_back = feed.give_back
             back.append(f)
+        if per_frame:
+            if not run.started:
+                run.started = True
+                notify("on_start", dict(run.info))
+            notify("on_frame", stats)
+    if not per_frame:  # every observer takes the batch in one call (edgert.pipeline.observer)
         if not run.started:
             run.started = True
             notify("on_start", dict(run.info))
-        notify("on_frame", stats)
+        if observers:
+            notify("on_frames", stats)
     if give_back is not None:
         give_back(back)  # the collector reads these sources' next frames into them: one hand-over per batch
     every = 10 * len(feeds)  # the drop counters walk every source and sink: about once per 10 frames of each

@@ -227,6 +227,7 @@ class Pipeline:
             if self.admit is None and self.config.task not in SPEECH_TASKS:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
+            self.state.observers = self.observers  # the results thread: on_frames once per batch (host7)
             if self.state.processor is None:
                 self.state.processor = open_processor(self.config, detector=self._detector, batch=None,
                                                  sources=len(self.state.feeds))

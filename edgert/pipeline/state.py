@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from edgert.analytics.workers import TrackingWorkers
     from edgert.config import PipelineConfig
     from edgert.pipeline.feeds import _Feed
+    from edgert.pipeline.observer import PipelineObserver
     from edgert.pipeline.parts import SinkSpec
     from edgert.pipeline.processor import Processor
     from edgert.stats import PipelineStats
@@ -63,3 +64,6 @@ class RunState:
     outputs_open: bool = False
     #: the processes that track groups of sources (``track.workers``); None: tracking runs on the results thread
     tracking: TrackingWorkers | None = None
+    #: the run's observers (the pipeline's own list: ``notify`` removes one that fails from it), for the results
+    #: thread to tell those with ``on_frames`` once per batch (:mod:`edgert.pipeline.observer`)
+    observers: list[PipelineObserver] = field(default_factory=list)

@@ -35,6 +35,7 @@ import numpy as np
 
 from edgert.errors import SourceError, process_ended
 from edgert.redact import redact
+from edgert.vision.capture.hub import MessageHub
 from edgert.vision.capture.ring import FrameRing, slot_bytes_for
 from edgert.vision.sources import FrameSource
 
@@ -89,6 +90,8 @@ class ProcessCaptureSource(FrameSource):
         self._partial = bytearray()
         self._pipe_closed = False
         self._fd = -1
+        # join_hub(): the frames the worker sends through a collector's shared pipe, routed here by the hub
+        self._hub_inbox: collections.deque[tuple[Any, ...]] = collections.deque()
 
     # -- lifetime ---------------------------------------------------------------------------------------
     @property
@@ -211,6 +214,7 @@ class ProcessCaptureSource(FrameSource):
         self._fd = -1
         self._poller = self._close_by = None
         self._inbox.clear()  # frames read and never taken: their slots go with the ring
+        self._hub_inbox.clear()
         self._down = self._late = self._held = None
         if self._ring is not None:
             self._ring.close()
@@ -299,6 +303,25 @@ class ProcessCaptureSource(FrameSource):
             raise SourceError(f"{self.uri}: capture worker is not running")
         return int(self._conn.fileno())
 
+    def join_hub(self, hub: MessageHub, tag: int) -> bool:
+        """Have the worker send its frames in slots through ``hub`` (one pipe a collector reads for all its
+        sources), tagged ``tag``; :meth:`pull` still reads the rest from the own pipe and :meth:`take` merges the
+        two in frame order. False (nothing changed) when the ring is not made yet or the worker is gone."""
+        from multiprocessing.reduction import send_handle
+
+        conn, proc = self._conn, self._proc
+        if self._ring is None or conn is None or proc is None or self._pipe_closed or hub.writer < 0:
+            return False
+        hub.route(tag, self._hub_inbox)
+        # The descriptor right behind its message, nothing between (the worker reads them in turn).
+        with self._send_lock:
+            try:
+                conn.send(("hub", tag))
+                send_handle(conn, hub.writer, proc.pid)
+            except OSError:  # gone: its pipe's end says how, at the next pull
+                return False
+        return True
+
     def give_back(self, slots: list[int]) -> None:
         """Ring ``slots`` (as :meth:`take` named them) free for the worker again: one message for all, written
         as ``Connection.send`` frames it (a dozen Python calls fewer per message, one per source and batch)."""
@@ -361,35 +384,43 @@ class ProcessCaptureSource(FrameSource):
         return len(self._inbox) < self._ring.slots if self._ring is not None else True
 
     def take(self, most: int) -> tuple[Sequence[tuple[np.ndarray, int, str | None]], str | SourceError | None]:
-        """Up to ``most`` of the frames :meth:`pull` read, in order, each as (its pixels: a view of its ring slot;
-        the slot, -1 for a frame that came through the pipe; its file), and what comes after them once no frame
-        is left before it: None (more may come), "end" (the source ended; ``end_reason`` says why) or the
-        :class:`SourceError` of a worker that failed or is gone (returned, not raised: the caller decides)."""
-        inbox, ring = self._inbox, self._ring
-        if not inbox or ring is None:
+        """Up to ``most`` of the frames :meth:`pull` read (and the hub routed here, :meth:`join_hub`), in order,
+        each as (its pixels: a view of its ring slot; the slot, -1 for a frame that came through the pipe; its
+        file), and what comes after them once no frame is left before it: None (more may come), "end" (the source
+        ended; ``end_reason`` says why) or the :class:`SourceError` of a worker that failed or is gone (returned,
+        not raised: the caller decides).
+
+        The hub's frames and the own pipe's messages are merged by frame number: a frame sent through the pipe
+        (larger than a slot) between two in slots is taken in its turn, and the end, an error or the pipe's end is
+        taken only once the hub has no frame left for it (the collector reads the hub after the own pipes, so
+        every frame sent before that message is there by then: :mod:`.hub`)."""
+        inbox, hub, ring = self._inbox, self._hub_inbox, self._ring
+        if ring is None or not (inbox or hub):
             return _NONE_YET
         frames: list[tuple[np.ndarray, int, str | None]] = []
-        while inbox and most:
-            msg = inbox[0]
-            kind = msg[0]
-            if kind != "frame":
-                if kind != "state":
-                    break
-                inbox.popleft()  # pragma: no cover - only a live source's worker sends counters between frames
-                self._apply(msg[1])
+        expected = self._expected
+        while most:
+            if hub and hub[0][4] == expected:
+                msg = hub.popleft()
+            elif inbox and inbox[0][0] == "frame" and inbox[0][4] == expected:
+                msg = inbox.popleft()
+            elif inbox and inbox[0][0] == "state":  # pragma: no cover - only a live source's worker sends these
+                self._apply(inbox.popleft()[1])
                 continue
-            inbox.popleft()
+            else:  # the next frame is not here yet, or what comes after the frames is
+                break
             most -= 1
             _, k, h, w, seq, counters, current, pixels = msg
             if counters is not None:
                 self._apply(counters)
-            if seq != self._expected:  # pragma: no cover - the pipe keeps order; a bug if not
-                return frames, SourceError(f"{self.uri}: capture worker sent frame {seq}, expected {self._expected}")
-            self._expected = seq + 1
+            expected = seq + 1
             frames.append((ring.view(k, h, w) if k >= 0 else pixels, k, current))
+        self._expected = expected
         if frames:
             self.current = frames[-1][2]
-        if not inbox or inbox[0][0] == "frame" or self._ended:
+        if hub or not inbox or inbox[0][0] == "frame" or self._ended:
+            if hub and hub[0][4] < expected:  # pragma: no cover - each pipe keeps order; a bug if not
+                return frames, SourceError(f"{self.uri}: capture worker sent frame {hub[0][4]} twice")
             return frames, None
         msg = inbox.popleft()
         if msg is _GONE:

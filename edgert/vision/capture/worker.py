@@ -9,7 +9,9 @@ Messages on the pipe (small tuples, pickled by multiprocessing):
   ``("error", text)``; ``("state", counters)`` when a live source's counters change between frames (it went
   down, is reconnecting, came back: the parent reports it while no frame comes).
 - parent -> worker: ``("ring", name, slots, slot_bytes)``; ``("free", slot, ...)`` when the pipeline is done with
-  one slot or several; ``("stop",)``.
+  one slot or several; ``("stop",)``; ``("hub", tag)`` followed by the write end of a collector's shared pipe
+  (passed as a descriptor over the socket, :mod:`.hub`): from then on the frames in a slot go there, tagged,
+  and the rest (a frame through the pipe, the end, an error) still here, after them.
 
 A live source still down at start (after its own retries for ``source.timeout_s``) says ``("down", text,
 info)`` instead of ``("error", text)`` and waits: ``("background",)`` from a parent whose other sources opened
@@ -36,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from edgert.vision.capture.hub import HubWriter
+
 __all__ = ["capture_main"]
 
 
@@ -57,6 +61,7 @@ class _Reporter:
         self._lock = threading.Lock()
         self._sent = _counters(source)
         self._done = threading.Event()
+        self.hub: HubWriter | None = None  # a collector's shared pipe, once the parent has sent it
 
     def send(self, msg: tuple[Any, ...]) -> None:
         with self._lock:
@@ -65,8 +70,21 @@ class _Reporter:
     def frame(self, k: int, h: int, w: int, seq: int, current: Any, pixels: Any) -> None:
         with self._lock:
             now = _counters(self.source)
-            self.conn.send(("frame", k, h, w, seq, None if now == self._sent else now, current, pixels))
+            msg = ("frame", k, h, w, seq, None if now == self._sent else now, current, pixels)
+            hub = self.hub
+            if hub is None or k < 0 or not hub.send(msg):  # a frame through the pipe is too large for the hub
+                self.conn.send(msg)
             self._sent = now
+
+    def join_hub(self, tag: int) -> None:
+        """The parent's ``("hub", tag)``: its descriptor follows on the socket; frames in slots go there now."""
+        from multiprocessing.reduction import recv_handle
+
+        fd = recv_handle(self.conn)
+        with self._lock:
+            if self.hub is not None:  # pragma: no cover - the parent sends one hub per worker
+                self.hub.close()
+            self.hub = HubWriter(fd, tag)
 
     def state(self) -> None:
         """Send the counters when they changed since the last message that carried them."""
@@ -90,6 +108,8 @@ class _Reporter:
 
     def close(self) -> None:
         self._done.set()
+        if self.hub is not None:
+            self.hub.close()
 
 
 def capture_main(config: Any, conn: Any) -> None:
@@ -185,6 +205,8 @@ def _deliver(source: Any, ring: Any, conn: Any, reporter: _Reporter, first: np.n
             msg = conn.recv()
             if msg[0] == "free":  # one slot or several (a collector gives a wake's worth back at once)
                 free.extend(msg[1:])
+            elif msg[0] == "hub":
+                reporter.join_hub(int(msg[1]))
             elif msg[0] == "stop":
                 return
         if not free:  # live, nowhere to put it: decode anyway (the camera runs on) and drop it
@@ -220,5 +242,7 @@ def _deliver(source: Any, ring: Any, conn: Any, reporter: _Reporter, first: np.n
     # Stay until the parent has let go (it unmaps the ring after us either way).
     while True:
         msg = conn.recv()
-        if msg[0] == "stop":
+        if msg[0] == "hub":  # its descriptor follows: taken off the socket, so the next message reads whole
+            reporter.join_hub(int(msg[1]))
+        elif msg[0] == "stop":
             return
