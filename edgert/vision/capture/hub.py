@@ -37,6 +37,8 @@ _READ_BYTES = 1 << 20  # a pipe's capacity at most (the one asked for below): on
 #: read-ahead records at once (some 130 bytes each, ~6 a source: 64 KiB, the default, would hold ~60 sources'
 #: with the kernel's page packing) so that no worker waits on the hub while the collector is busy.
 _HUB_BYTES = 1 << 20
+#: Linux's fcntl command number (F_LINUX_SPECIFIC_BASE + 7): Python names it only from 3.10, JetPack 5 has 3.8
+_F_SETPIPE_SZ = 1031
 
 
 class MessageHub:
@@ -47,10 +49,10 @@ class MessageHub:
     def __init__(self) -> None:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)  # the workers' end stays blocking: a full hub holds them (back-pressure)
-        with contextlib.suppress(OSError, AttributeError):  # not Linux, or a lower ceiling: the default size works
+        with contextlib.suppress(OSError, ImportError):  # not Linux, or a lower ceiling: the default size works
             import fcntl
 
-            fcntl.fcntl(self._w, fcntl.F_SETPIPE_SZ, _HUB_BYTES)
+            fcntl.fcntl(self._w, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), _HUB_BYTES)
         self._routes: dict[int, collections.deque[tuple[Any, ...]]] = {}
         self._partial = b""
         self.ended = False  # every writer is gone (the read end reads EOF): nothing more will come
