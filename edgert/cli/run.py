@@ -309,6 +309,8 @@ class _Progress(BaseObserver):
             self._last = stats.frames
             self._bar.set_postfix_str(f"{stats.fps:.1f} fps", refresh=False)
 
+    on_frames = on_frame  # by the count's difference: a batch at once is the same
+
     def on_stop(self, summary: dict[str, Any]) -> None:
         self._bar.close()
 

@@ -18,7 +18,9 @@ has it, the results thread calls it once per batch and ``on_frame`` not at all, 
 without a Python call per frame and observer (issue 28: at 16 cameras a batch is 16 frames, and each call holds
 the interpreter lock beside the threads that feed the engine). One observer without it, and every observer gets
 ``on_frame`` per frame as before: ``stats.frames`` then steps by one between calls, which tests like
-``stats.frames % n == 1`` need.
+``stats.frames % n == 1`` need. A :class:`BaseObserver` subclass that leaves ``on_frame`` alone (it only
+announces the start, say) needs no frame at all and does not force the per-frame calls
+(:func:`needs_every_frame`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from edgert.stats import PipelineStats
 if TYPE_CHECKING:
     from edgert.pipeline.parts import JSONDict
 
-__all__ = ["BaseObserver", "PipelineObserver"]
+__all__ = ["BaseObserver", "PipelineObserver", "needs_every_frame"]
 
 
 @runtime_checkable
@@ -51,8 +53,24 @@ class BaseObserver:
     def on_frame(self, stats: PipelineStats) -> None:
         """A frame has completed (called from the pipeline's progress, never from a timer)."""
 
+    def on_frames(self, stats: PipelineStats) -> None:
+        """Frames have completed, ``stats.frames`` in all (once per batch, when no observer of the run
+        :func:`needs_every_frame`); nothing here: a subclass that overrides only :meth:`on_frame` is called per
+        frame instead."""
+
     def on_stop_requested(self, reason: str) -> None:
         """Optional: a stop was asked for (SIGTERM, max frames); frames in flight still finish."""
 
     def on_stop(self, summary: JSONDict) -> None:
         """The run has ended and the sinks are flushed."""
+
+
+def needs_every_frame(observer: object) -> bool:
+    """Whether ``observer`` must see each frame's count (``on_frame``): it has no ``on_frames``, or it is a
+    :class:`BaseObserver` that overrides ``on_frame`` and not ``on_frames`` (so BaseObserver's empty one is not
+    taken as "batches are fine" for an observer written before batches existed)."""
+    kind = type(observer)
+    batches = getattr(kind, "on_frames", None)
+    if batches is None:
+        return True
+    return batches is BaseObserver.on_frames and getattr(kind, "on_frame", None) is not BaseObserver.on_frame

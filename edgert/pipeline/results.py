@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgert.pipeline.finish import apply_stages, emit, record_source, update_drops
+from edgert.pipeline.observer import needs_every_frame
 from edgert.stats import STAGES
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def finish_batch(run: RunState, b: _Batch) -> None:
     back: list[_Frame] = []
     notify = run.notify
     observers = run.observers
-    per_frame = not all([hasattr(o, "on_frames") for o in observers])  # an observer that needs every count
+    per_frame = any(needs_every_frame(o) for o in observers)  # an observer that needs every count
     for f, feed, _, count, events, now in done:
         stats.count_frame(count, feed.name, events, now)
         record_source(run, feed, f, count, now)  # drop counters: once per batch, below

@@ -255,6 +255,8 @@ class MetricsObserver:
     def on_frame(self, stats: Any) -> None:
         self._stats = stats  # one reference store; the numbers are read at scrape time
 
+    on_frames = on_frame  # a batch at once (edgert.pipeline.observer): the same store
+
     def on_stop(self, summary: Any) -> None:
         with self._lock:
             self._ready = False

@@ -93,6 +93,8 @@ class SystemdObserver:
             self.notifier.status(status_line(stats))
             self._last_status = now
 
+    on_frames = on_frame  # by the clock, not the count: a batch at once is the same (edgert.pipeline.observer)
+
     def on_progress(self, stats: Any) -> None:
         """Work inside one frame moved on (a decoder step of a long Whisper window): the same pings as a frame,
         so a 30 s window on a slow board does not look like a hang. A hung decoder calls this no more."""

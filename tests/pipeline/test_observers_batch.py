@@ -83,3 +83,33 @@ def test_a_batch_passes_a_refresh_point_exactly_when_one_of_its_frames_is_one(ev
         after = before + n
         assert _passed(before, after, every) == any(c % every == 1 for c in range(before + 1, after + 1))
         before = after
+
+
+class _StartOnly(BaseObserver):
+    """Overrides no frame method (like ``edgert run``'s preview announcer): needs no frame's count."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def on_start(self, info: Any) -> None:
+        self.started = True
+
+
+def test_an_observer_that_needs_no_frame_keeps_the_batches(tmp_path: Path) -> None:
+    batches, start = _Batches(), _StartOnly()
+    summary = _run(tmp_path, [batches, start])
+    assert summary["frames"] == 48 and start.started
+    assert batches.per_frame == 0 and batches.counts[-1] == 48 and len(batches.counts) < 48
+
+
+def test_the_service_and_cli_observers_take_batches_and_an_old_subclass_does_not() -> None:
+    from edgert.cli.run import _Progress
+    from edgert.pipeline.observer import needs_every_frame
+    from edgert.report.series import SeriesRecorder
+    from edgert.service.metrics import MetricsObserver
+    from edgert.service.watchdog import SystemdObserver
+
+    for kind in (SystemdObserver, MetricsObserver, SeriesRecorder, _Progress, _StartOnly, _Batches):
+        assert not needs_every_frame(object.__new__(kind)), kind.__name__
+    assert needs_every_frame(_EveryFrame())  # overrides on_frame only: every count, as before batches
+    assert needs_every_frame(object())  # no on_frames at all
