@@ -393,7 +393,7 @@ class GpuProcessor(Processor):
         self.config = config
         self.candidates = candidates
         self.cuda_graph = bool(config.runtime.cuda_graph)
-        wanted = slots_wanted(config, "gpu")
+        wanted = slots_wanted(config, "gpu", batch)
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
         ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
         first = ready.session

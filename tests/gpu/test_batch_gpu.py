@@ -90,3 +90,21 @@ def test_one_launch_per_batch_equals_each_frame_alone(assets: Path, tmp_path: Pa
             assert cuda._batch_copy not in (None, False)
         print(f"{name}: batch of {b} frames of 3 sizes, tensors exact, filter rows exact, "
               f"{sum(len(d) for d in dets)} detections")
+
+
+def test_gpu_slots_default_by_batch(assets: Path, tmp_path: Path) -> None:
+    """Three batches in flight for a few sources, four from a batch of MANY_SOURCES_BATCH; the key wins."""
+    from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
+    from edgert.pipeline.gpu import GpuProcessor
+    from edgert.pipeline.processor import MANY_SOURCES_BATCH
+    from edgert.rewrite.batch import batched_model_path
+    from tests.gpu.test_gpu_device import _model
+
+    path = str(batched_model_path(_model(assets, "nanodet-m-416-coco-v8layout.onnx"), tmp_path))
+    seen = {}
+    for batch, slots in ((1, None), (MANY_SOURCES_BATCH - 1, None), (MANY_SOURCES_BATCH, None), (16, 2)):
+        config = PipelineConfig(model=ModelConfig(path=path), runtime=RuntimeConfig(slots=slots))
+        with GpuProcessor(config, "onnxruntime-cuda", batch=batch) as proc:
+            seen[(batch, slots)] = (len(proc.slots), proc.describe()["slots"])
+    assert seen == {(1, None): (3, 3), (MANY_SOURCES_BATCH - 1, None): (3, 3),
+                    (MANY_SOURCES_BATCH, None): (4, 4), (16, 2): (2, 2)}
