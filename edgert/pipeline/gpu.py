@@ -47,7 +47,7 @@ import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.errors import BackendError, ConfigError
-from edgert.pipeline.processor import Processor, ProcessorSlot, slots_wanted
+from edgert.pipeline.processor import Processor, ProcessorSlot, default_slots, keep_trial_slot, slots_wanted
 from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
 from edgert.vision.detections import Detections
@@ -393,7 +393,11 @@ class GpuProcessor(Processor):
         self.config = config
         self.candidates = candidates
         self.cuda_graph = bool(config.runtime.cuda_graph)
-        wanted = slots_wanted(config, "gpu", batch)
+        # CUDA graphs are captured in every slot at once: no slot on trial with them
+        wanted = slots_wanted(config, "gpu", 1 if self.cuda_graph else batch)
+        self.trial_slot = wanted > default_slots("gpu") and config.runtime.slots is None  # warm_up decides
+        self.warmup_model_ms: float | None = None  # the fastest warm-up run of a slot's model
+        self.slots_rule = f"{wanted} ({'runtime.slots' if config.runtime.slots is not None else 'default'})"
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
         ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
         first = ready.session
@@ -444,8 +448,7 @@ class GpuProcessor(Processor):
             raise
         self._barrier = threading.Barrier(len(self.slots)) if self.cuda_graph else None
         self._capture_lock = threading.Lock()
-        log.info("GPU processing: %d slots, memory %s, decode %s", len(self.slots), self.memory_mode,
-                 self._decode_kind())
+        log.info("GPU processing: %s, memory %s, decode %s", self.slots_rule, self.memory_mode, self._decode_kind())
 
     def _decode_kind(self) -> str:
         if not self.gpu_decode:
@@ -518,18 +521,29 @@ class GpuProcessor(Processor):
             raise
 
     def warm_up(self, runs: int) -> None:
-        """Run each slot's model ``runs`` times (at most 2: more would let ORT capture CUDA graphs on this
-        thread): cuDNN chooses its algorithms and the arenas grow on the first runs."""
+        """Run each slot's model ``runs`` times (at most 2: more would let ORT capture CUDA graphs on this thread):
+        cuDNN chooses its algorithms and the arenas grow; the fastest run decides on a slot on trial."""
+        fastest: float | None = None
         with self.device.active():
             for slot in self.slots:
                 assert isinstance(slot, GpuSlot)
                 for _ in range(min(max(0, runs), 2)):
-                    slot.session.compute_only()
+                    t0 = time.perf_counter()
+                    slot.session.compute_only()  # returns after the stream's sync: the batch's model time
+                    fastest = self.warmup_model_ms = min(fastest or 1e9, (time.perf_counter() - t0) * 1e3)
+            if self.trial_slot:
+                self.trial_slot, kept = False, keep_trial_slot(fastest)
+                seen = "no warm-up run" if fastest is None else f"model {fastest:.1f} ms a batch"
+                self.slots_rule = f"{len(self.slots) - (not kept)} slots (default: {seen})"
+                if not kept:
+                    self.slots.pop().close()
+                log.info("GPU processing: %s", self.slots_rule)
 
     def describe(self) -> JSONDict:
         return {
             "kind": self.kind,
             "slots": len(self.slots),
+            "slots_rule": self.slots_rule,
             "memory": self.memory_mode,
             "cuda_graph": self.cuda_graph,
             "device_traits": self.traits,

@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MANY_SOURCES_BATCH",
+    "TRIAL_SLOT_MAX_MS",
     "Processor",
     "ProcessorSlot",
     "default_slots",
+    "keep_trial_slot",
     "slots_wanted",
 ]
 
@@ -121,8 +123,10 @@ class Processor(abc.ABC):
         self.close()
 
 
-#: The batch from which the GPU processor keeps four batches in flight by default (:func:`default_slots`).
+#: The batch from which the GPU processor tries a fourth batch in flight by default (:func:`default_slots`).
 MANY_SOURCES_BATCH = 8
+#: ... and keeps it only when one batch runs through the model faster than this (:func:`keep_trial_slot`).
+TRIAL_SLOT_MAX_MS = 5.0
 
 
 def default_slots(kind: str, batch: int = 1) -> int:
@@ -133,15 +137,27 @@ def default_slots(kind: str, batch: int = 1) -> int:
     serial parts of a network and through preprocessing and NMS. Measured on the 2-core CI box, nanodet:
     2 sessions x 1 thread 53.8 fps against 46.1 fps for one ``InferenceSession`` with ONNX Runtime's defaults.
     GPU: three (docs/gpu-pipeline.md: ORT's CUDA provider is bound by its launches on small models; two slots
-    measured 0.89-1.17x compute-only FPS, three 1.12-1.58x), and four from a batch of
-    :data:`MANY_SOURCES_BATCH`: a slot spends longer on the host per batch of many sources (staging each
-    frame, cutting each frame's detections), when the GPU has nothing of that slot's to run, so a fourth
-    batch in flight keeps the GPU fed (docs/pipeline.md, "Issue 28, session 9": 16 nanodet streams +12 to
-    +20 % over three slots, yolov8s +1 to +2 %, on the H200).
+    measured 0.89-1.17x compute-only FPS, three 1.12-1.58x), and from a batch of :data:`MANY_SOURCES_BATCH`
+    four, the fourth on trial: :func:`keep_trial_slot` decides after the warm-up.
     """
     if kind == "gpu":
         return 4 if batch >= MANY_SOURCES_BATCH else 3
     return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def keep_trial_slot(model_ms: float | None) -> bool:
+    """Whether the GPU processor keeps the fourth slot :func:`default_slots` gave a batch of many sources.
+
+    A slot spends a batch's host work (staging each frame, cutting each frame's detections, waiting for the
+    interpreter lock) with nothing of its own on the GPU; with many sources that work grows, and where the
+    model's batch is short against it a fourth batch in flight keeps the GPU fed. Where the batch is long the
+    GPU is already full with three, and a fourth only adds a batch of waiting to every frame's latency.
+    Measured on the H200 (docs/pipeline.md, "Issue 28, session 9"): 16 nanodet streams (2.6 ms a batch alone)
+    +12 % on average over three slots; 16 yolov8s streams (8.6 ms) +1 to +2 % for a p99 of 33 against 25 ms.
+    ``model_ms``: the fastest warm-up run of a slot's model, or None where the warm-up ran none (then the
+    latency-safe three).
+    """
+    return model_ms is not None and model_ms < TRIAL_SLOT_MAX_MS
 
 
 def slots_wanted(config: PipelineConfig, kind: str, batch: int = 1) -> int:

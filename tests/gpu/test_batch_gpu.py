@@ -92,19 +92,30 @@ def test_one_launch_per_batch_equals_each_frame_alone(assets: Path, tmp_path: Pa
               f"{sum(len(d) for d in dets)} detections")
 
 
-def test_gpu_slots_default_by_batch(assets: Path, tmp_path: Path) -> None:
-    """Three batches in flight for a few sources, four from a batch of MANY_SOURCES_BATCH; the key wins."""
+@pytest.mark.parametrize("name", ["nanodet-m-416-coco-v8layout.onnx", "yolov8s-fall-640.onnx"])
+def test_gpu_slots_default_by_batch(assets: Path, tmp_path: Path, name: str) -> None:
+    """Three batches in flight for a few sources; from a batch of MANY_SOURCES_BATCH a fourth on trial, kept
+    after the warm-up only where the model's batch is short (keep_trial_slot); runtime.slots always wins."""
     from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
     from edgert.pipeline.gpu import GpuProcessor
-    from edgert.pipeline.processor import MANY_SOURCES_BATCH
+    from edgert.pipeline.processor import MANY_SOURCES_BATCH, TRIAL_SLOT_MAX_MS
     from edgert.rewrite.batch import batched_model_path
     from tests.gpu.test_gpu_device import _model
 
-    path = str(batched_model_path(_model(assets, "nanodet-m-416-coco-v8layout.onnx"), tmp_path))
+    path = str(batched_model_path(_model(assets, name), tmp_path))
     seen = {}
-    for batch, slots in ((1, None), (MANY_SOURCES_BATCH - 1, None), (MANY_SOURCES_BATCH, None), (16, 2)):
+    for batch, slots, runs in ((1, None, 2), (MANY_SOURCES_BATCH - 1, None, 2), (16, None, 2), (16, None, 0),
+                               (16, 2, 2)):
         config = PipelineConfig(model=ModelConfig(path=path), runtime=RuntimeConfig(slots=slots))
         with GpuProcessor(config, "onnxruntime-cuda", batch=batch) as proc:
-            seen[(batch, slots)] = (len(proc.slots), proc.describe()["slots"])
-    assert seen == {(1, None): (3, 3), (MANY_SOURCES_BATCH - 1, None): (3, 3),
-                    (MANY_SOURCES_BATCH, None): (4, 4), (16, 2): (2, 2)}
+            before = len(proc.slots)
+            proc.warm_up(runs)
+            ms = proc.warmup_model_ms
+            seen[(batch, slots, runs)] = (before, len(proc.slots), proc.describe()["slots"])
+            if (batch, runs) == (16, 2) and slots is None:
+                print(f"{name}: batch 16 model {ms:.2f} ms -> {len(proc.slots)} slots ({proc.slots_rule})")
+                assert ms is not None and len(proc.slots) == (4 if ms < TRIAL_SLOT_MAX_MS else 3)
+                assert f"{ms:.1f} ms" in proc.slots_rule
+    kept = seen[(16, None, 2)][1]
+    assert seen == {(1, None, 2): (3, 3, 3), (MANY_SOURCES_BATCH - 1, None, 2): (3, 3, 3),
+                    (16, None, 2): (4, kept, kept), (16, None, 0): (4, 3, 3), (16, 2, 2): (2, 2, 2)}
