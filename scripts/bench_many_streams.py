@@ -102,7 +102,8 @@ def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onn
     per = [src["fps"] for src in s["sources"]]
     cores = _steady_cores(samples, s["frames"] / s["fps"] if s["fps"] else 0.0)
     return {"streams": streams, "tracking": track, "batch": s.get("batch"), "processing": s.get("processing"),
-            "slots": s.get("slots"), "memory": (s.get("processor") or {}).get("memory"),
+            "slots": s.get("slots"), "slots_rule": (s.get("processor") or {}).get("slots_rule"),
+            "memory": (s.get("processor") or {}).get("memory"),
             "tracking_workers": s.get("tracking_workers"),
             "capture": sorted({str(src.get("capture") or "?") for src in s["sources"]}),
             "frames": s["frames"], "aggregate_fps": s["fps"], "per_stream_fps": per,
