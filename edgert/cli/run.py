@@ -74,7 +74,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "the GPU; auto (default): gpu whenever the backend runs on a GPU and CUDA works")
     g.add_argument("--gpu-pipeline", action="store_true", help="the same as --processing gpu")
     g.add_argument("--slots", type=int, metavar="N",
-                   help="batches processed at once, each on its own session (default: CPU 2; GPU 3, 4 from batch 8)")
+                   help="batches processed at once, each on its own session (CPU 2; GPU 3, 4 from batch 8 if fast)")
     g.add_argument("--memory", choices=["auto", "pinned", "zero-copy"],
                    help="GPU processing: frame memory, zero-copy (mapped, Jetson) or pinned copies; auto by device")
     g.add_argument("--cuda-graph", action="store_true", default=None,

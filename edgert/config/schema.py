@@ -158,8 +158,8 @@ class RuntimeConfig:
     kernel, the session on device buffers, GPU confidence filter); ``auto`` picks ``gpu`` whenever the
     backend runs on a GPU and CUDA works. ``slots``: frames processed at once, each slot with its own session
     (an execution context of one engine, or an ONNX Runtime session) and, on the GPU, its own stream; None:
-    2 on the CPU (two single-threaded sessions beat one two-threaded one on a few cores), 3 on the GPU, 4
-    there from a batch of 8 (``edgert.pipeline.processor.default_slots``).
+    2 on the CPU (two single-threaded sessions beat one two-threaded one on a few cores), 3 on the GPU, and
+    there from a batch of 8 a fourth on trial (``edgert.pipeline.processor.default_slots``).
     ``memory`` and ``cuda_graph`` apply to the GPU processor only; None means its default (auto / off).
     ``metrics``: ``HOST:PORT`` to serve Prometheus metrics while the pipeline runs.
     """
