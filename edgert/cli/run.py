@@ -49,6 +49,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conf", type=float, metavar="X", help="confidence threshold (decode.conf)")
     p.add_argument("--iou", type=float, metavar="X", help="NMS IoU threshold (decode.iou)")
     p.add_argument("--loop", action="store_true", help="restart a video or image folder at its end")
+    p.add_argument("--realtime", action="store_true",
+                   help="deliver a video file at its own frame rate, as a camera would (source.realtime)")
     p.add_argument("--queue-size", type=int, metavar="N", help="frames in flight between stages (runtime.queue_size)")
     p.add_argument("--power-budget", type=parse_watts, metavar="WATTS",
                    help="pace the pipeline to stay under WATTS (10 or 10W)")
@@ -147,6 +149,7 @@ def build_config(args: argparse.Namespace) -> Any:
     uris = list(args.source or [])
     loop = True if args.loop else None
     preload = True if getattr(args, "preload", False) else None
+    realtime = True if getattr(args, "realtime", False) else None
     source, sources = config.source, config.sources
     if len(uris) > 1 or (uris and sources):  # several sources: each takes the config's source settings
         base = sources[0] if sources else config.source
@@ -155,8 +158,9 @@ def build_config(args: argparse.Namespace) -> Any:
     elif uris:
         source = _replace(source, {}, uri=uris[0])
     capture = getattr(args, "capture", None)
-    source = _replace(source, {}, loop=loop, preload=preload, capture=capture) if source.uri else source
-    sources = tuple(_replace(s, {}, loop=loop, preload=preload, capture=capture) for s in sources)
+    per_source = {"loop": loop, "preload": preload, "capture": capture, "realtime": realtime}
+    source = _replace(source, {}, **per_source) if source.uri else source
+    sources = tuple(_replace(s, {}, **per_source) for s in sources)
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):
         if processing not in (None, "gpu"):

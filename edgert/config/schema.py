@@ -136,6 +136,9 @@ class SourceConfig:
     sensor_mode: int | None = None
     flip: int = 0
     preload: bool = False  # decode the whole file into memory before the clock starts (benchmarks)
+    # a video file delivered at its own frame rate, as a camera would (its frame times against the clock),
+    # not as fast as it decodes: the camera case from a recording (latency at the camera's rate)
+    realtime: bool = False
     name: str | None = None  # how results, events and statistics name this source; None: its index
     sinks: tuple[str, ...] = ()  # sinks that get this source's frames only
     timeout_s: float | None = None  # no frame for this long is a stall; None: 10 s for files, 5 s for live

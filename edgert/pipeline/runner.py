@@ -304,6 +304,9 @@ class Pipeline:
         from edgert.vision.capture import choose_capture
 
         choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
+        if cfg.realtime:
+            raise ConfigError("source.realtime cannot apply to a preloaded source (its frames are in memory, "
+                              "timed by nothing). Note: drop --preload or --realtime")
 
         # The file itself is read once; looping happens over the frames in memory.
         inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))

@@ -137,10 +137,14 @@ class VideoFileSource(FrameSource):
 
     kind = "video"
 
-    def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None) -> None:
+    def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None,
+                 realtime: bool = False) -> None:
         super().__init__(uri)
         self.path = path
         self.loop = loop
+        self.realtime = realtime
+        self._clock: float | None = None  # realtime: the monotonic clock at media time 0 (set by the first frame)
+        self._wake = threading.Event()  # stop() ends a realtime wait at once
         self.timeout = timeout if timeout is not None else FILE_TIMEOUT_S
         self._cap: Any = None
         self._first: np.ndarray | None = None
@@ -174,6 +178,8 @@ class VideoFileSource(FrameSource):
         if not os.access(self.path, os.R_OK):
             raise SourceError(f"{self.path}: video file is not readable (permissions)")
         self._stopping = False
+        self._clock = None
+        self._wake.clear()
         self._direct = stat.S_ISREG(self.path.stat().st_mode)
         if self._direct:
             opened = self._open_blocking(None)
@@ -205,6 +211,24 @@ class VideoFileSource(FrameSource):
                             f"{self.path}: no frame could be decoded (damaged or unsupported video)")
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        frame = self._next_frame(out)
+        if frame is not None and self.realtime:
+            self._pace()
+        return frame
+
+    def _pace(self) -> None:
+        """Hold the frame until its media time on the clock, counted from the first frame's delivery. A
+        pipeline that falls behind takes the late frames as fast as it can until it is back on the clock:
+        nothing of a file is dropped, as a camera would drop it (the drop accounting stays the pipeline's)."""
+        t = float(self.frame_time or 0.0)
+        now = time.monotonic()
+        if self._clock is None:
+            self._clock = now - t
+        wait = self._clock + t - now
+        if wait > 0:
+            self._wake.wait(wait)
+
+    def _next_frame(self, out: np.ndarray | None) -> np.ndarray | None:
         if self._cap is None:
             return None
         if self._first is not None:
@@ -297,6 +321,7 @@ class VideoFileSource(FrameSource):
 
     def stop(self) -> None:
         self._stopping = True
+        self._wake.set()
         calls = self._calls
         if calls is not None:
             calls.stop()

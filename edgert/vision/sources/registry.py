@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgert.config import SourceConfig
-from edgert.errors import SourceError
+from edgert.errors import ConfigError, SourceError
 from edgert.redact import expand_env, redact
 from edgert.vision.audio_sources import AUDIO_ROWS
 from edgert.vision.sources.base import IMAGE_SUFFIXES, FrameSource
@@ -90,7 +90,8 @@ def _images(uri: str, config: SourceConfig) -> FrameSource:
 
 
 def _video(uri: str, config: SourceConfig) -> FrameSource:
-    return VideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s)
+    return VideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s,
+                           realtime=config.realtime)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,9 @@ def open_source(source: SourceConfig | str) -> FrameSource:
     row = source_kind(uri)
     if row.name == "video":
         _refuse_unknown_scheme(uri)
+    elif config.realtime:  # a camera or stream has its own rate already; images have none
+        raise ConfigError(f"source.realtime (--realtime): {redact(uri)} is a {row.name} source; only a video file "
+                          "is played at its own frame rate")
     if "://" not in uri or uri.startswith("file://"):
         return row.make(uri, config)
     # A network URI may name its credentials as ${VAR}: only the opener sees them expanded.

@@ -1,0 +1,97 @@
+"""``source.realtime``: a video file delivered at its own frame rate, as a camera would, in this process and in
+a capture worker; refused in one line where it cannot apply; a stop ends a wait at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgert.config import SourceConfig
+from edgert.errors import ConfigError
+from edgert.vision.sources import open_source
+from tests.pipeline.media import make_video, tiny_detector
+
+pytest.importorskip("cv2")
+
+
+def _deliveries(path: Path, count: int, **options: object) -> list[float]:
+    times = []
+    with open_source(SourceConfig(uri=str(path), realtime=True, **options)) as src:  # type: ignore[arg-type]
+        for _ in range(count):
+            assert src.read() is not None
+            times.append(time.monotonic())
+    return [t - times[0] for t in times]
+
+
+def test_frames_come_no_earlier_than_their_media_time(tmp_path: Path) -> None:
+    at = _deliveries(make_video(tmp_path / "v.avi", frames=12, fps=20.0), 12)
+    # 12 small MJPEG frames decode in a few ms: without the pacing the last would come ~0.55 s early
+    assert all(t >= i / 20.0 - 0.003 for i, t in enumerate(at)), at
+
+
+def test_a_looped_file_keeps_its_clock_across_passes(tmp_path: Path) -> None:
+    at = _deliveries(make_video(tmp_path / "v.avi", frames=5, fps=20.0), 12, loop=True)
+    assert at[11] >= 11 / 20.0 - 0.003, at  # the second and third passes follow the first, not restart at 0
+
+
+def test_stop_ends_a_wait_at_once(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "slow.avi", frames=4, fps=0.5)  # two seconds between frames
+    with open_source(SourceConfig(uri=str(video), realtime=True)) as src:
+        assert src.read() is not None
+        threading.Timer(0.2, src.stop).start()
+        t0 = time.monotonic()
+        src.read()  # would wait 2 s for frame 1
+        assert time.monotonic() - t0 < 1.5
+        assert src.read() is None and src.end_reason == "stopped"
+
+
+def test_refused_for_sources_with_no_frame_rate_of_their_own(tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+
+    image = tmp_path / "a.png"
+    cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ConfigError, match=r"^source.realtime \(--realtime\): .* is a images source; only a video"):
+        open_source(SourceConfig(uri=str(image), realtime=True))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgert.cli.main", "run", *args], capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_cli_paces_every_source_in_capture_workers(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "v.avi", frames=15, fps=10.0)
+    model = tiny_detector(tmp_path / "t.onnx")
+    proc = _run("--backend", "onnxruntime", "--model", str(model), "--source", str(video), "--source", str(video),
+                "--capture", "process", "--realtime", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [s["frames"] for s in summary["sources"]] == [15, 15]
+    assert {s["capture"] for s in summary["sources"]} == {"process"}
+    # 15 frames at 10 fps: 1.4 s from the first to the last; unpaced, this model runs them in a few ms
+    assert all(s["fps"] <= 10.5 for s in summary["sources"]), summary["sources"]
+
+
+@pytest.mark.parametrize("extra", [["--preload"], []])
+def test_cli_refusals_are_one_line(tmp_path: Path, extra: list[str]) -> None:
+    import cv2
+    import numpy as np
+
+    model = tiny_detector(tmp_path / "t.onnx")
+    if extra:
+        source = str(make_video(tmp_path / "v.avi", frames=3))
+        want = "edgert: error: source.realtime cannot apply to a preloaded source"
+    else:
+        source = str(tmp_path / "a.png")
+        cv2.imwrite(source, np.zeros((8, 8, 3), np.uint8))
+        want = "edgert: error: source.realtime (--realtime): "
+    proc = _run("--backend", "onnxruntime", "--model", str(model), "--source", source, "--realtime", *extra)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(want), proc.stderr
