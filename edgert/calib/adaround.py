@@ -45,6 +45,25 @@ def _h(v: np.ndarray) -> np.ndarray:
     return out
 
 
+def _top_eigen(h: np.ndarray, rank: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """``H``'s top ``rank`` eigenvectors and values and the mean of the other eigenvalues; a randomised
+    subspace iteration (Halko et al. 2011) past 2 x ``rank`` inputs, where a full ``eigh`` costs seconds."""
+    hh = h.astype(np.float64)
+    k = hh.shape[0]
+    if k <= 2 * rank:
+        evals, evecs = np.linalg.eigh(hh)
+        r = min(rank, k)
+        rest = float(max(np.mean(evals[:-r]), 0.0)) if r < k else 0.0
+        return evecs[:, -r:].astype(np.float32), np.maximum(evals[-r:], 0.0), rest
+    q = np.random.default_rng(seed).standard_normal((k, rank + 16))
+    for _ in range(3):
+        q, _ = np.linalg.qr(hh @ q)
+    evals, small = np.linalg.eigh(q.T @ hh @ q)
+    evals, vecs = evals[-rank:], (q @ small)[:, -rank:]
+    rest = float(max((np.trace(hh) - np.sum(evals)) / (k - rank), 0.0))
+    return vecs.astype(np.float32), np.maximum(evals, 0.0), rest
+
+
 def adaround(w: np.ndarray, h: np.ndarray, iters: int = 300, reg: float = 1.0, lr: float = 0.01,
              warmup: float = 0.2, beta: tuple[float, float] = (20.0, 2.0), rank: int = 256) -> np.ndarray:
     """INT8 values of ``w`` (``[C_out, ...]``, per-output-channel nearest-rounding scales) rounded by AdaRound
@@ -54,7 +73,6 @@ def adaround(w: np.ndarray, h: np.ndarray, iters: int = 300, reg: float = 1.0, l
     rows = w.shape[0]
     wf = w.reshape(rows, -1).astype(np.float64)
     s = scale.astype(np.float64).reshape(-1, 1)
-    k = wf.shape[1]
     base = np.floor(wf / s)
     rest = np.clip(wf / s - base, 0.0, 1.0)
     # h(V) = rest at the start: the soft rounding begins where the float weight is; a weight at +127 steps
@@ -63,11 +81,8 @@ def adaround(w: np.ndarray, h: np.ndarray, iters: int = 300, reg: float = 1.0, l
     v = np.log(p / (1 - p)).astype(np.float32)
     top = base >= QUANT_LEVELS
     v[top] = -20.0
-    evals, evecs = np.linalg.eigh(h.astype(np.float64))
-    r = min(rank, k)
-    sigma = float(max(np.mean(evals[:-r]), 0.0)) if r < k else 0.0
-    u = evecs[:, -r:].astype(np.float32)
-    lam = (np.maximum(evals[-r:], 0.0) - sigma).astype(np.float32)  # H ~ U (lam) U^T + sigma I
+    u, lam, sigma = _top_eigen(h, rank)
+    lam = (lam - sigma).astype(np.float32)  # H ~ U (lam) U^T + sigma I
 
     def rec(dw: np.ndarray) -> float:
         du = dw @ u

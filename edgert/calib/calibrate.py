@@ -19,7 +19,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.equalize import Region, equalize, find_regions
-from edgert.calib.histograms import Method, TensorRange
+from edgert.calib.histograms import Method, TensorHistogram, TensorRange
 from edgert.calib.macs import count_macs
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
 from edgert.calib.sensitivity import find_float_layers
@@ -108,6 +108,9 @@ class CalibrationOptions:
     #: copies of the calibration images the range collection also sees (calib.variants names: "mirror",
     #: "half", "mosaic", "mosaic3", "lowq"), after the images themselves; () collects on the images alone
     calib_variants: tuple[str, ...] = ()
+    #: with ``weights`` equalisation (data-free), one histogram pass on the equalised model instead of one on
+    #: the original and one more for the rescaled tensors (the cache's own pass only when a cache is written)
+    collect_once: bool = False
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -158,8 +161,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "size_weight": opts.size_weight,
         "ranges_by": opts.ranges_by, "equalization": [opts.equalization, opts.equalize_alpha, opts.equalize_passes,
                          opts.equalize_adds],
-        "calib_variants": list(opts.calib_variants), "exclude": list(opts.exclude_nodes), "images": images,
-        "edgert": __version__,
+        "calib_variants": [list(opts.calib_variants), opts.collect_once], "exclude": list(opts.exclude_nodes),
+        "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     return h.hexdigest()[:24]
@@ -238,37 +241,59 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     quantized_now = set(plan.quantized_tensors)
     channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now
                        and opts.equalization == "activations"}
-    collector = ActivationCollector(prepared, tensors, budget_mb=opts.budget_mb, threads=opts.threads,
-                                    channel_tensors=channel_tensors)
+    known_variants(opts.calib_variants, "calibration variant")
+    n_samples = len(dataset) * (1 + len(opts.calib_variants))
 
-    t0 = time.perf_counter()
     def fill(sample: object, buf: np.ndarray) -> None:
         pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
 
-    known_variants(opts.calib_variants, "calibration variant")
-    n_samples = len(dataset) * (1 + len(opts.calib_variants))
-    histograms = collector.run(with_variants(dataset, opts.calib_variants), fill, buffer, progress=progress,
-                               total=n_samples)
-    collector.close()
+    def collect(model_: onnx.ModelProto, names: Sequence[str], first: bool,
+                channels: Collection[str] = ()) -> tuple[dict[str, TensorHistogram], dict[str, np.ndarray]]:
+        """Histograms of ``names`` on ``model_`` over the images and their variants (``first``: the draw's
+        own pass, which fills ``dataset.used``; after it the same images are decoded again)."""
+        c = ActivationCollector(model_, names, budget_mb=opts.budget_mb, threads=opts.threads,
+                                channel_tensors=channels)
+        draw = dataset if first else CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
+        got = c.run(with_variants(draw, opts.calib_variants), fill, buffer, progress=progress, total=n_samples)
+        c.close()
+        return got, c.channel_max
+
     write_kwargs: dict[str, Any] = {}
-    t_collect = time.perf_counter() - t0
-    t0 = time.perf_counter()
     equalization: dict[str, Any] | None = None
-    cache_histograms = histograms  # the TensorRT cache is for the FP32 model as given: its own ranges
-    if regions:
-        equalized, equalization = equalize(prepared, regions, collector.channel_max, opts.equalize_alpha,
-                                             opts.equalization, passes=opts.equalize_passes)
-        rescaled = set(equalization["rescaled_tensors"])
-        again_tensors = [t for t in tensors if t in rescaled]
-        if again_tensors:
-            # the rescaled tensors' histograms again, on the equalised model (a second run per image)
-            again = ActivationCollector(equalized, again_tensors, budget_mb=opts.budget_mb, threads=opts.threads)
-            images_again = CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
-            histograms = {**histograms, **again.run(with_variants(images_again, opts.calib_variants), fill, buffer,
-                                                    progress=progress, total=n_samples)}
-            again.close()
-            prepared = equalized
-    t_equalize = time.perf_counter() - t0
+    t_collect = t_equalize = 0.0
+    if regions and opts.equalization == "weights" and opts.collect_once:
+        # data-free scales: equalise first and collect once, on the equalised model (its other tensors are
+        # the original's up to float rounding); the TensorRT cache, for the model as given, gets the
+        # rescaled tensors' own ranges from a pass on the original model, only when a cache is written
+        t0 = time.perf_counter()
+        equalized, equalization = equalize(prepared, regions, {}, opts.equalize_alpha, opts.equalization,
+                                           passes=opts.equalize_passes)
+        rescaled = [t for t in tensors if t in set(equalization["rescaled_tensors"])]
+        t_equalize = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        histograms, _ = collect(equalized if rescaled else prepared, tensors, True)
+        t_collect = time.perf_counter() - t0
+        cache_histograms = histograms
+        if rescaled and cache_version is not None:
+            t0 = time.perf_counter()
+            cache_histograms = {**histograms, **collect(prepared, rescaled, False)[0]}
+            t_equalize += time.perf_counter() - t0
+        prepared = equalized if rescaled else prepared
+    else:
+        t0 = time.perf_counter()
+        histograms, channel_max = collect(prepared, tensors, True, channel_tensors)
+        t_collect = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cache_histograms = histograms  # the TensorRT cache is for the FP32 model as given: its own ranges
+        if regions:
+            equalized, equalization = equalize(prepared, regions, channel_max, opts.equalize_alpha,
+                                               opts.equalization, passes=opts.equalize_passes)
+            rescaled = [t for t in tensors if t in set(equalization["rescaled_tensors"])]
+            if rescaled:
+                # the rescaled tensors' histograms again, on the equalised model (a second run per image)
+                histograms = {**histograms, **collect(equalized, rescaled, False)[0]}
+                prepared = equalized
+        t_equalize = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     ranges: dict[str, TensorRange] = {n: h.result(opts.method, opts.percentile) for n, h in histograms.items()}
