@@ -12,6 +12,7 @@ same key finds them up to date and does nothing; any change makes them stale and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -108,6 +109,9 @@ class CalibrationOptions:
     #: copies of the calibration images the range collection also sees (calib.variants names: "mirror",
     #: "half", "mosaic", "mosaic3", "lowq"), after the images themselves; () collects on the images alone
     calib_variants: tuple[str, ...] = ()
+    #: "all": each tensor's histogram over the images and their copies; "wider": per tensor the larger of
+    #: that range and the images' own (the copies can widen a range, never narrow it)
+    variant_ranges: str = "all"
     #: with ``weights`` equalisation (data-free), one histogram pass on the equalised model instead of one on
     #: the original and one more for the rescaled tensors (the cache's own pass only when a cache is written)
     collect_once: bool = False
@@ -161,8 +165,8 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "size_weight": opts.size_weight,
         "ranges_by": opts.ranges_by, "equalization": [opts.equalization, opts.equalize_alpha, opts.equalize_passes,
                          opts.equalize_adds],
-        "calib_variants": [list(opts.calib_variants), opts.collect_once], "exclude": list(opts.exclude_nodes),
-        "images": images, "edgert": __version__,
+        "calib_variants": [list(opts.calib_variants), opts.variant_ranges, opts.collect_once],
+        "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     return h.hexdigest()[:24]
@@ -242,6 +246,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now
                        and opts.equalization == "activations"}
     known_variants(opts.calib_variants, "calibration variant")
+    if opts.variant_ranges not in ("all", "wider"):
+        raise CalibrationError(f"unknown variant_ranges {opts.variant_ranges!r}; known: all, wider")
     n_samples = len(dataset) * (1 + len(opts.calib_variants))
 
     def fill(sample: object, buf: np.ndarray) -> None:
@@ -250,12 +256,28 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     def collect(model_: onnx.ModelProto, names: Sequence[str], first: bool,
                 channels: Collection[str] = ()) -> tuple[dict[str, TensorHistogram], dict[str, np.ndarray]]:
         """Histograms of ``names`` on ``model_`` over the images and their variants (``first``: the draw's
-        own pass, which fills ``dataset.used``; after it the same images are decoded again)."""
+        own pass, which fills ``dataset.used``; after it the same images are decoded again). ``wider``:
+        per tensor the histogram (images alone, or with the variants) whose range is the larger."""
+        from tqdm import tqdm
+
         c = ActivationCollector(model_, names, budget_mb=opts.budget_mb, threads=opts.threads,
                                 channel_tensors=channels)
         draw = dataset if first else CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
-        got = c.run(with_variants(draw, opts.calib_variants), fill, buffer, progress=progress, total=n_samples)
+        alone: dict[str, TensorHistogram] = {}
+        bar = tqdm(with_variants(draw, opts.calib_variants), total=n_samples, desc="calibrating", unit="img",
+                   disable=not progress, leave=False)
+        for i, sample in enumerate(bar):
+            if i == len(dataset) and opts.variant_ranges == "wider":
+                alone = copy.deepcopy(c.histograms)  # the images' own histograms, before the copies
+            fill(sample, buffer)
+            c.update(buffer)
+        bar.close()
         c.close()
+        got = c.histograms
+        if alone:
+            pick = {n: (h if h.result(opts.method, opts.percentile).amax >= got[n].result(
+                opts.method, opts.percentile).amax else got[n]) for n, h in alone.items()}
+            got = pick
         return got, c.channel_max
 
     write_kwargs: dict[str, Any] = {}

@@ -140,3 +140,26 @@ def test_one_pass_on_the_equalised_model_gives_the_two_passes_ranges_and_cache(t
 
     a, b = scales(cache_one), scales(cache_two)
     assert a.keys() == b.keys() and all(abs(a[t] - b[t]) <= 1e-5 * b[t] for t in b)
+
+
+def test_wider_ranges_take_the_larger_of_the_images_own_and_with_their_copies(tmp_path: Path) -> None:
+    def ranges(model: Path, images: Path, variants: tuple[str, ...], how: str) -> dict[str, float]:
+        report = calibrate(model, images, tmp_path / "q.onnx", progress=False, options=CalibrationOptions(
+            num=4, check=False, max_drop=None, equalization="none", calib_variants=variants, variant_ranges=how,
+            force=True))
+        return {t["tensor"]: float(t["amax"]) for t in report["tensors"]}
+
+    edge, falling = _edge_model(tmp_path / "edge.onnx"), _bright_left(tmp_path / "edges")
+    mirrored = ranges(edge, falling, ("mirror",), "wider")
+    assert mirrored["rising"] > 0.5  # widened by the mirrored copies, as "all" gives
+    assert mirrored["rising"] == pytest.approx(ranges(edge, falling, ("mirror",), "all")["rising"])
+    model = tiny_detector(tmp_path / "m.onnx")
+    images = write_images(tmp_path / "imgs", 6, size=(32, 32))[0].parent
+    alone, both = ranges(model, images, (), "all"), ranges(model, images, ("mosaic3", "lowq"), "all")
+    wider = ranges(model, images, ("mosaic3", "lowq"), "wider")
+    assert any(both[t] < alone[t] for t in alone)  # some range the copies narrow: wider keeps the images' own
+    for t in alone:
+        assert wider[t] == pytest.approx(max(alone[t], both[t]), abs=2e-6)
+    with pytest.raises(CalibrationError, match="variant_ranges"):
+        calibrate(model, images, tmp_path / "bad.onnx", progress=False,
+                  options=CalibrationOptions(num=6, check=False, variant_ranges="narrower"))
