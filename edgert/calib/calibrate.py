@@ -255,9 +255,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
 
     def collect(model_: onnx.ModelProto, names: Sequence[str], first: bool,
                 channels: Collection[str] = ()) -> tuple[dict[str, TensorHistogram], dict[str, np.ndarray]]:
-        """Histograms of ``names`` on ``model_`` over the images and their variants (``first``: the draw's
-        own pass, which fills ``dataset.used``; after it the same images are decoded again). ``wider``:
-        per tensor the histogram (images alone, or with the variants) whose range is the larger."""
+        """Histograms of ``names`` on ``model_`` over the images, then their variants (``first``: the draw's
+        own pass, filling ``dataset.used``); ``wider``: per tensor the images' own or these, the larger range."""
         from tqdm import tqdm
 
         c = ActivationCollector(model_, names, budget_mb=opts.budget_mb, threads=opts.threads,
@@ -275,18 +274,16 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
         c.close()
         got = c.histograms
         if alone:
-            pick = {n: (h if h.result(opts.method, opts.percentile).amax >= got[n].result(
+            got = {n: (h if h.result(opts.method, opts.percentile).amax >= got[n].result(
                 opts.method, opts.percentile).amax else got[n]) for n, h in alone.items()}
-            got = pick
         return got, c.channel_max
 
     write_kwargs: dict[str, Any] = {}
     equalization: dict[str, Any] | None = None
     t_collect = t_equalize = 0.0
     if regions and opts.equalization == "weights" and opts.collect_once:
-        # data-free scales: equalise first and collect once, on the equalised model (its other tensors are
-        # the original's up to float rounding); the TensorRT cache, for the model as given, gets the
-        # rescaled tensors' own ranges from a pass on the original model, only when a cache is written
+        # data-free scales: equalise first, collect once on the equalised model (its other tensors are the
+        # original's to float rounding); the cache's rescaled tensors from the original, only for a cache
         t0 = time.perf_counter()
         equalized, equalization = equalize(prepared, regions, {}, opts.equalize_alpha, opts.equalization,
                                            passes=opts.equalize_passes)
