@@ -85,10 +85,10 @@ class CalibrationOptions:
     #: empirical bias correction (calib.bias_correction): "none", "local", "output" or "both"
     bias_correction: str = "none"
     bias_images: int = 16  # calibration images the bias shifts and weight roundings are fitted on
-    #: weight rounding: "nearest", "gptq" (calib.rounding: by each layer's output error, GPTQ's step) or
-    #: "adaround" (calib.adaround: gradient descent on a soft rounding, ``adaround_iters`` steps per layer)
+    #: weight rounding: "nearest", "gptq" (calib.rounding, GPTQ's step) or "adaround" (calib.adaround, descent on
+    #: a soft rounding; measured, not kept: NanoDet -0.031 held out at 300-600 s, calibration/README.md)
     rounding: str = "nearest"
-    adaround_iters: int = 300
+    adaround_iters: int = 300  # AdaRound's descent steps per layer
     #: weight bytes in the float-layer ranking (sensitivity.rank_candidates): cost = MAC share + this x weight
     #: share; 0 ranks by error per MAC alone. 1.0: YOLOv8s's engine 24.9 -> 20.3 MB (calibration/README.md)
     size_weight: float = 1.0
@@ -107,13 +107,14 @@ class CalibrationOptions:
     equalize_passes: int = 1
     equalize_adds: bool = False
     #: copies of the calibration images the range collection also sees (calib.variants names: "mirror",
-    #: "half", "mosaic", "mosaic3", "lowq"), after the images themselves; () collects on the images alone
+    #: "half", "mosaic", "mosaic3", "lowq"), after the images. Measured, not kept: mirror + mosaic3 NanoDet
+    #: +0.008 (video +0.045), YOLOv3-tiny -0.020; lowq -0.008 / +0.006 over 6 draws (calibration/README.md)
     calib_variants: tuple[str, ...] = ()
-    #: "all": each tensor's histogram over the images and their copies; "wider": per tensor the larger of
-    #: that range and the images' own (the copies can widen a range, never narrow it)
+    #: "all": histograms over the images and their copies; "wider": per tensor the larger of that range and the
+    #: images' own (the copies widen, never narrow). Not kept: YOLOv3-tiny -0.019 (calibration/README.md)
     variant_ranges: str = "all"
-    #: with ``weights`` equalisation (data-free), one histogram pass on the equalised model instead of one on
-    #: the original and one more for the rescaled tensors (the cache's own pass only when a cache is written)
+    #: with data-free ``weights`` equalisation, one histogram pass on the equalised model, not two (the cache's
+    #: pass only when a cache is written); the default's figures on seed 0, its time not yet measured
     collect_once: bool = False
 
 
@@ -249,7 +250,6 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     if opts.variant_ranges not in ("all", "wider"):
         raise CalibrationError(f"unknown variant_ranges {opts.variant_ranges!r}; known: all, wider")
     n_samples = len(dataset) * (1 + len(opts.calib_variants))
-
     def fill(sample: object, buf: np.ndarray) -> None:
         pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
 
