@@ -12,6 +12,7 @@ same key finds them up to date and does nothing; any change makes them stale and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -19,7 +20,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,17 +28,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-from edgert._lazy import lazy_import
 from edgert.atomic_file import atomic_path, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.equalize import Region, equalize, find_regions
-from edgert.calib.histograms import Method, TensorRange
+from edgert.calib.histograms import Method, TensorHistogram, TensorRange
 from edgert.calib.macs import count_macs
 from edgert.calib.qdq import DEFAULT_OPS, plan_quantization, prepare_model, shared_ranges, write_qdq
 from edgert.calib.sensitivity import find_float_layers
 from edgert.calib.summary import format_table, peak_rss_mb, tensor_rows, write_report
 from edgert.calib.trt_cache import cache_trt_version, write_cache
+from edgert.calib.variants import VARIANTS, known_variants, variant_copies, with_variants
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
 from edgert.types import TensorSpec
@@ -84,8 +85,10 @@ class CalibrationOptions:
     #: empirical bias correction (calib.bias_correction): "none", "local", "output" or "both"
     bias_correction: str = "none"
     bias_images: int = 16  # calibration images the bias shifts and weight roundings are fitted on
-    #: weight rounding (calib.rounding): "nearest", or "gptq" (rounding by each layer's output error)
+    #: weight rounding: "nearest", "gptq" (calib.rounding, GPTQ's step) or "adaround" (calib.adaround, descent on
+    #: a soft rounding; measured, not kept: NanoDet -0.031 held out at 300-600 s, calibration/README.md)
     rounding: str = "nearest"
+    adaround_iters: int = 300  # AdaRound's descent steps per layer
     #: weight bytes in the float-layer ranking (sensitivity.rank_candidates): cost = MAC share + this x weight
     #: share; 0 ranks by error per MAC alone. 1.0: YOLOv8s's engine 24.9 -> 20.3 MB (calibration/README.md)
     size_weight: float = 1.0
@@ -103,6 +106,16 @@ class CalibrationOptions:
     #: converged -0.029 (NanoDet) / -0.076 (YOLOv3-tiny), Adds +0.002 +- 0.005 on NanoDet (calibration/README.md)
     equalize_passes: int = 1
     equalize_adds: bool = False
+    #: copies of the calibration images the range collection also sees (calib.variants names: "mirror",
+    #: "half", "mosaic", "mosaic3", "lowq"), after the images. Measured, not kept: mirror + mosaic3 NanoDet
+    #: +0.008 (video +0.045), YOLOv3-tiny -0.020; lowq -0.008 / +0.006 over 6 draws (calibration/README.md)
+    calib_variants: tuple[str, ...] = ()
+    #: "all": histograms over the images and their copies; "wider": per tensor the larger of that range and the
+    #: images' own (the copies widen, never narrow). Not kept: YOLOv3-tiny -0.019 (calibration/README.md)
+    variant_ranges: str = "all"
+    #: with data-free ``weights`` equalisation, one histogram pass on the equalised model, not two (the cache's
+    #: pass only when a cache is written); the default's figures on seed 0, its time not yet measured
+    collect_once: bool = False
 
 
 def output_paths(out: str | Path) -> dict[str, Path]:
@@ -149,9 +162,11 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "check": [opts.check_frames, opts.check_video, opts.check_video_frames, opts.check_held_out,
                   opts.score_frames, list(opts.check_variants)],
         "share_scales": list(opts.share_scales), "engine_size": opts.engine_size,
-        "bias": [opts.bias_correction, opts.bias_images, opts.rounding], "size_weight": opts.size_weight,
+        "bias": [opts.bias_correction, opts.bias_images, opts.rounding, opts.adaround_iters],
+        "size_weight": opts.size_weight,
         "ranges_by": opts.ranges_by, "equalization": [opts.equalization, opts.equalize_alpha, opts.equalize_passes,
                          opts.equalize_adds],
+        "calib_variants": [list(opts.calib_variants), opts.variant_ranges, opts.collect_once],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
@@ -231,34 +246,73 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     quantized_now = set(plan.quantized_tensors)
     channel_tensors = {t for r in regions if r.why_not is None for t in r.segments if t in quantized_now
                        and opts.equalization == "activations"}
-    collector = ActivationCollector(prepared, tensors, budget_mb=opts.budget_mb, threads=opts.threads,
-                                    channel_tensors=channel_tensors)
-
-    t0 = time.perf_counter()
+    known_variants(opts.calib_variants, "calibration variant")
+    if opts.variant_ranges not in ("all", "wider"):
+        raise CalibrationError(f"unknown variant_ranges {opts.variant_ranges!r}; known: all, wider")
+    n_samples = len(dataset) * (1 + len(opts.calib_variants))
     def fill(sample: object, buf: np.ndarray) -> None:
         pre(sample[1], buf)  # type: ignore[index]  # (path, image) pairs from the dataset
 
-    histograms = collector.run(dataset, fill, buffer, progress=progress, total=len(dataset))
-    collector.close()
+    def collect(model_: onnx.ModelProto, names: Sequence[str], first: bool,
+                channels: Collection[str] = ()) -> tuple[dict[str, TensorHistogram], dict[str, np.ndarray]]:
+        """Histograms of ``names`` on ``model_`` over the images, then their variants (``first``: the draw's
+        own pass, filling ``dataset.used``); ``wider``: per tensor the images' own or these, the larger range."""
+        from tqdm import tqdm
+
+        c = ActivationCollector(model_, names, budget_mb=opts.budget_mb, threads=opts.threads,
+                                channel_tensors=channels)
+        draw = dataset if first else CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
+        alone: dict[str, TensorHistogram] = {}
+        bar = tqdm(with_variants(draw, opts.calib_variants), total=n_samples, desc="calibrating", unit="img",
+                   disable=not progress, leave=False)
+        for i, sample in enumerate(bar):
+            if i == len(dataset) and opts.variant_ranges == "wider":
+                alone = copy.deepcopy(c.histograms)  # the images' own histograms, before the copies
+            fill(sample, buffer)
+            c.update(buffer)
+        bar.close()
+        c.close()
+        got = c.histograms
+        if alone:
+            got = {n: (h if h.result(opts.method, opts.percentile).amax >= got[n].result(
+                opts.method, opts.percentile).amax else got[n]) for n, h in alone.items()}
+        return got, c.channel_max
+
     write_kwargs: dict[str, Any] = {}
-    t_collect = time.perf_counter() - t0
-    t0 = time.perf_counter()
     equalization: dict[str, Any] | None = None
-    cache_histograms = histograms  # the TensorRT cache is for the FP32 model as given: its own ranges
-    if regions:
-        equalized, equalization = equalize(prepared, regions, collector.channel_max, opts.equalize_alpha,
-                                             opts.equalization, passes=opts.equalize_passes)
-        rescaled = set(equalization["rescaled_tensors"])
-        again_tensors = [t for t in tensors if t in rescaled]
-        if again_tensors:
-            # the rescaled tensors' histograms again, on the equalised model (a second run per image)
-            again = ActivationCollector(equalized, again_tensors, budget_mb=opts.budget_mb, threads=opts.threads)
-            images_again = CalibrationImages(images, num=opts.num, seed=opts.seed, quiet=True)
-            histograms = {**histograms, **again.run(images_again, fill, buffer, progress=progress,
-                                                    total=len(dataset))}
-            again.close()
-            prepared = equalized
-    t_equalize = time.perf_counter() - t0
+    t_collect = t_equalize = 0.0
+    if regions and opts.equalization == "weights" and opts.collect_once:
+        # data-free scales: equalise first, collect once on the equalised model (its other tensors are the
+        # original's to float rounding); the cache's rescaled tensors from the original, only for a cache
+        t0 = time.perf_counter()
+        equalized, equalization = equalize(prepared, regions, {}, opts.equalize_alpha, opts.equalization,
+                                           passes=opts.equalize_passes)
+        rescaled = [t for t in tensors if t in set(equalization["rescaled_tensors"])]
+        t_equalize = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        histograms, _ = collect(equalized if rescaled else prepared, tensors, True)
+        t_collect = time.perf_counter() - t0
+        cache_histograms = histograms
+        if rescaled and cache_version is not None:
+            t0 = time.perf_counter()
+            cache_histograms = {**histograms, **collect(prepared, rescaled, False)[0]}
+            t_equalize += time.perf_counter() - t0
+        prepared = equalized if rescaled else prepared
+    else:
+        t0 = time.perf_counter()
+        histograms, channel_max = collect(prepared, tensors, True, channel_tensors)
+        t_collect = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cache_histograms = histograms  # the TensorRT cache is for the FP32 model as given: its own ranges
+        if regions:
+            equalized, equalization = equalize(prepared, regions, channel_max, opts.equalize_alpha,
+                                               opts.equalization, passes=opts.equalize_passes)
+            rescaled = [t for t in tensors if t in set(equalization["rescaled_tensors"])]
+            if rescaled:
+                # the rescaled tensors' histograms again, on the equalised model (a second run per image)
+                histograms = {**histograms, **collect(equalized, rescaled, False)[0]}
+                prepared = equalized
+        t_equalize = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     ranges: dict[str, TensorRange] = {n: h.result(opts.method, opts.percentile) for n, h in histograms.items()}
@@ -293,8 +347,17 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
             pre(img, buffer)
             yield {spec.name: buffer}
 
-    if opts.rounding not in ("nearest", "gptq"):
-        raise CalibrationError(f"unknown weight rounding {opts.rounding!r}; known: nearest, gptq")
+    if opts.rounding not in ("nearest", "gptq", "adaround"):
+        raise CalibrationError(f"unknown weight rounding {opts.rounding!r}; known: nearest, gptq, adaround")
+    if opts.adaround_iters < 1:
+        raise CalibrationError(f"adaround_iters must be at least 1, got {opts.adaround_iters}")
+    if opts.rounding == "adaround":
+        from edgert.calib.adaround import adaround_roundings
+
+        t0 = time.perf_counter()
+        write_kwargs["rounding"], rounding_errors = adaround_roundings(prepared, plan, amax, calib_feeds,
+                                                                       opts.adaround_iters, threads=opts.threads)
+        t_round = time.perf_counter() - t0
     if opts.rounding == "gptq":
         from edgert.calib.rounding import weight_roundings
 
@@ -470,21 +533,6 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
         raise CalibrationError(f"{path}: cannot write the quantized model: {exc}") from exc
 
 
-#: The copies of each check image ``_check_frames`` can add, and what each says in the report.
-CHECK_VARIANTS = {
-    "mirror": "mirror images",
-    "half": "half-size copies",
-    "mosaic": "2x2 mosaics",
-    "mosaic3": "3x3 mosaics",
-}
-
-
-def _known_variants(variants: Sequence[str]) -> None:
-    unknown = [v for v in variants if v not in CHECK_VARIANTS]
-    if unknown:
-        raise CalibrationError(f"unknown image variant(s) {', '.join(unknown)}; known: {', '.join(CHECK_VARIANTS)}")
-
-
 def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, video: str | None,
                   video_count: int, held_out: bool = False,
                   variants: Sequence[str] = ("mirror", "half", "mosaic3")) -> tuple[list[np.ndarray], str]:
@@ -499,7 +547,7 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
     instead (the calibration images when there are none). Plus ``video_count`` frames of ``video``.
     At most ``count`` images are decoded, so the set is bounded whatever the number of calibration images.
     """
-    _known_variants(variants)
+    known_variants(variants)
     if held_out:
         try:
             held = CalibrationImages(images, seed=1, exclude=frozenset(dataset.used), quiet=True)
@@ -514,15 +562,8 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
         chosen = [img for _, img in itertools.islice(again, min(count, len(dataset.used)))]
         frames = list(chosen)
         for variant in variants:
-            if variant == "mirror":
-                frames += [np.ascontiguousarray(img[:, ::-1]) for img in chosen]
-            elif variant == "half":
-                frames += [_small(img) for img in chosen]
-            elif variant == "mosaic":
-                frames += [_mosaic(chosen, i, 2) for i in range(len(chosen))]
-            elif variant == "mosaic3":
-                frames += [_mosaic(chosen, i, 3) for i in range(len(chosen))]
-        names = [CHECK_VARIANTS[v] for v in variants]
+            frames += list(variant_copies(chosen, variant))
+        names = [VARIANTS[v] for v in variants]
         where = f"{len(chosen)} calibration images" + "".join(
             f"{', ' if i < len(names) - 1 else ' and '}{n}" for i, n in enumerate(names))
     if video:
@@ -533,35 +574,6 @@ def _check_frames(images: str | Path, dataset: CalibrationImages, count: int, vi
         frames += extra
         where += f" + {len(extra)} frames of {Path(video).name}"
     return frames, where
-
-
-def _small(image: np.ndarray) -> np.ndarray:
-    """``image`` mirrored at half size in the top-left corner of a grey frame of its own size: the same
-    scene with objects a quarter of the area, where localization in INT8 is hardest (a pixel is more IoU)."""
-    cv2 = lazy_import("cv2", "the calibration check set")
-    h, w = image.shape[:2]
-    out = np.full_like(image, 114)
-    half = cv2.resize(image[:, ::-1], (max(1, w // 2), max(1, h // 2)), interpolation=cv2.INTER_AREA)
-    out[: half.shape[0], : half.shape[1]] = half
-    return out
-
-
-def _mosaic(images: Sequence[np.ndarray], first: int, n: int) -> np.ndarray:
-    """``n x n`` of ``images`` (from ``first`` on, wrapping around) tiled in a frame of the first one's size,
-    each shrunk to fit its cell with its aspect kept: a crowded scene of small objects, as from a camera
-    looking over a street or a hall (objects 1/n^2 of their area; the cell's margin is grey)."""
-    cv2 = lazy_import("cv2", "the calibration check set")
-    h, w = images[first % len(images)].shape[:2]
-    out = np.full((h, w, 3), 114, np.uint8)
-    ch, cw = h // n, w // n
-    for k in range(n * n):
-        img = images[(first + k) % len(images)]
-        r = min(ch / img.shape[0], cw / img.shape[1])
-        th, tw = max(1, int(img.shape[0] * r)), max(1, int(img.shape[1] * r))
-        tile = cv2.resize(img, (tw, th), interpolation=cv2.INTER_AREA)
-        y, x = (k // n) * ch, (k % n) * cw
-        out[y: y + th, x: x + tw] = tile
-    return out
 
 
 def _reference(model: str | Path, frames: Sequence[np.ndarray], config: PipelineConfig) -> Any:

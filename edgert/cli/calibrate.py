@@ -72,9 +72,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bias-correction", choices=("none", "local", "output", "both"),
                    help="fold each INT8 conv's mean output shift into its float bias: local (each layer's own), "
                         "output (the head's, whole model), both, none (default: edgert.calib's)")
-    p.add_argument("--rounding", choices=("nearest", "gptq"),
-                   help="INT8 weight rounding: nearest, or gptq (by each layer's output error on the calibration "
-                        "activations) (default: edgert.calib's)")
+    p.add_argument("--rounding", choices=("nearest", "gptq", "adaround"),
+                   help="INT8 weight rounding: nearest, gptq (by each layer's output error on the calibration "
+                        "activations) or adaround (gradient descent on a soft rounding; minutes on a CPU) "
+                        "(default: edgert.calib's)")
     p.add_argument("--equalize", choices=("none", "activations", "weights"),
                    help="rescale each channel between two convs where only LeakyReLU/ReLU/MaxPool/Pad/Resize/"
                         "Concat lie between (exact in float), so per-tensor INT8 ranges are flatter: by the "

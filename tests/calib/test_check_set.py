@@ -9,10 +9,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.calib.calibrate import _check_frames, _mosaic
+from edgert.calib.calibrate import _check_frames
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.qdq import plan_quantization, prepare_model, shared_ranges, write_qdq
+from edgert.calib.variants import mosaic as _mosaic
 from edgert.errors import CalibrationError
 
 from .models import write_images
