@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.histograms import QUANT_LEVELS
 from edgert.calib.qdq import GraphPlan, quantize_weight, write_qdq
-from edgert.calib.rounding import ConvPatches, output_error
+from edgert.calib.rounding import ConvPatches, conv_layers, output_error
 from edgert.errors import CalibrationError, reraise_as
 
 __all__ = ["adaround", "adaround_roundings"]
@@ -118,25 +118,10 @@ def adaround(w: np.ndarray, h: np.ndarray, iters: int = 300, reg: float = 1.0, l
 
 def _conv_layers(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
                  per_image: int) -> tuple[dict[str, ConvPatches], dict[str, str]]:
-    """Every quantized group-1 2-D Conv of ``plan`` in graph order, with a patch collector on its input."""
-    inits = {i.name: i for i in model.graph.initializer}
+    """Every quantized group-1 2-D Conv of ``plan`` in graph order (layers sequential: each sees the ones
+    before it rounded), with a patch collector on its input."""
     order = {n.name: i for i, n in enumerate(model.graph.node)}
-    nodes = {n.name: n for n in model.graph.node}
-    layers: dict[str, ConvPatches] = {}
-    inputs: dict[str, str] = {}
-    for target in sorted(plan.targets, key=lambda t: order.get(t.node, 0)):
-        node = nodes.get(target.node)
-        if node is None or node.op_type != "Conv" or target.weight not in inits or not target.activations:
-            continue
-        if any(a.name == "group" and a.i != 1 for a in node.attribute):
-            continue
-        try:
-            layers[target.node] = ConvPatches(node, list(inits[target.weight].dims), amax[target.activations[0]],
-                                              per_image, seed=len(layers))
-        except ValueError:
-            continue
-        inputs[target.node] = target.activations[0]
-    return layers, inputs
+    return conv_layers(model, sorted(plan.targets, key=lambda t: order.get(t.node, 0)), amax, per_image)
 
 
 def adaround_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],

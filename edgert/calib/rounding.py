@@ -30,10 +30,10 @@ from onnx import helper, numpy_helper
 from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.collect import _chunks, tensor_bytes
 from edgert.calib.histograms import QUANT_LEVELS, safe_amax
-from edgert.calib.qdq import GraphPlan, quantize_weight
+from edgert.calib.qdq import GraphPlan, QuantTarget, quantize_weight
 from edgert.errors import CalibrationError, reraise_as
 
-__all__ = ["ConvPatches", "gptq_round", "output_error", "weight_roundings"]
+__all__ = ["ConvPatches", "conv_layers", "gptq_round", "output_error", "weight_roundings"]
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +113,16 @@ def gptq_round(w: np.ndarray, h: np.ndarray, damp: float = 0.01) -> np.ndarray:
     return q.reshape(w.shape).astype(np.int8)
 
 
-def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-                     feeds: Iterable[Mapping[str, np.ndarray]], per_image: int = 256, budget_mb: float = 512.0,
-                     threads: int = 0) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
-    """``({weight initializer: INT8 values}, {node: {"nearest": e, "chosen": e}})`` for every quantized
-    group-1 2-D Conv of ``plan`` whose chosen rounding lowers its output error (``e``: :func:`output_error`
-    relative to the layer's output power, on the sampled activations)."""
+def conv_layers(model: onnx.ModelProto, targets: Iterable[QuantTarget], amax: Mapping[str, float],
+                per_image: int) -> tuple[dict[str, ConvPatches], dict[str, str]]:
+    """``({node: patch collector}, {node: its input tensor})`` for the quantized group-1 2-D Convs among
+    ``targets`` (a :class:`~edgert.calib.qdq.GraphPlan`'s), in the order given (each collector's sampling seed
+    is its place in it); shared by the GPTQ step here and AdaRound (:mod:`edgert.calib.adaround`)."""
     inits = {i.name: i for i in model.graph.initializer}
     nodes = {n.name: n for n in model.graph.node}
     layers: dict[str, ConvPatches] = {}
     inputs: dict[str, str] = {}
-    for target in plan.targets:
+    for target in targets:
         node = nodes.get(target.node)
         if node is None or node.op_type != "Conv" or target.weight not in inits or not target.activations:
             continue
@@ -135,6 +134,17 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
         except ValueError:
             continue
         inputs[target.node] = target.activations[0]
+    return layers, inputs
+
+
+def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
+                     feeds: Iterable[Mapping[str, np.ndarray]], per_image: int = 256, budget_mb: float = 512.0,
+                     threads: int = 0) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
+    """``({weight initializer: INT8 values}, {node: {"nearest": e, "chosen": e}})`` for every quantized
+    group-1 2-D Conv of ``plan`` whose chosen rounding lowers its output error (``e``: :func:`output_error`
+    relative to the layer's output power, on the sampled activations)."""
+    inits = {i.name: i for i in model.graph.initializer}
+    layers, inputs = conv_layers(model, plan.targets, amax, per_image)
     if not layers:
         return {}, {}
     tensors = sorted(set(inputs.values()))
