@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 from edgert.backends.onnxruntime import cpu_session
 from edgert.calib.histograms import QUANT_LEVELS
 from edgert.calib.qdq import GraphPlan, quantize_weight, write_qdq
-from edgert.calib.rounding import ConvPatches, conv_layers, output_error
+from edgert.calib.rounding import ConvPatches, conv_layers, pick_rounding
 from edgert.errors import CalibrationError, reraise_as
 
 __all__ = ["adaround", "adaround_roundings"]
@@ -163,16 +163,9 @@ def adaround_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[st
             if layer.count == 0 or name is None:
                 continue
             w = numpy_helper.to_array(inits[name]).astype(np.float32)
-            h = layer.hessian()
-            nearest_q, scale = quantize_weight(w, 0)
-            shape = [-1] + [1] * (w.ndim - 1)
-            power = max(output_error(np.zeros_like(w), w, h), 1e-30)
-            e_near = output_error(w, nearest_q.astype(np.float32) * scale.reshape(shape), h) / power
-            chosen = adaround(w, h, iters=iters)
-            e_new = output_error(w, chosen.astype(np.float32) * scale.reshape(shape), h) / power
-            errors[node] = {"nearest": e_near, "chosen": min(e_new, e_near)}
-            if e_new < e_near:
-                out[name] = chosen
+            picked, errors[node] = pick_rounding(w, layer.hessian(), lambda w_, h_: adaround(w_, h_, iters=iters))
+            if picked is not None:
+                out[name] = picked
             layer.h = np.zeros((1, 1))  # H is done with: memory stays one group's
     if errors:
         gain = [e["nearest"] / max(e["chosen"], 1e-30) for e in errors.values()]

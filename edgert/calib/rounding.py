@@ -21,7 +21,7 @@ numpy only; seconds per layer where AdaRound's descent takes minutes on a CPU.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -33,7 +33,7 @@ from edgert.calib.histograms import QUANT_LEVELS, safe_amax
 from edgert.calib.qdq import GraphPlan, QuantTarget, quantize_weight
 from edgert.errors import CalibrationError, reraise_as
 
-__all__ = ["ConvPatches", "conv_layers", "gptq_round", "output_error", "weight_roundings"]
+__all__ = ["ConvPatches", "conv_layers", "gptq_round", "output_error", "pick_rounding", "weight_roundings"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,20 @@ def conv_layers(model: onnx.ModelProto, targets: Iterable[QuantTarget], amax: Ma
     return layers, inputs
 
 
+def pick_rounding(w: np.ndarray, h: np.ndarray, rounder: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                  ) -> tuple[np.ndarray | None, dict[str, float]]:
+    """``rounder``'s INT8 values for ``w`` where they lower the layer's output error on ``H`` (else None: the
+    nearest rounding stays), and both errors relative to the output's power. The scales are the nearest
+    rounding's, so only the rounding moves."""
+    nearest_q, scale = quantize_weight(w, 0)
+    shape = [-1] + [1] * (w.ndim - 1)
+    power = max(output_error(np.zeros_like(w), w, h), 1e-30)
+    e_near = output_error(w, nearest_q.astype(np.float32) * scale.reshape(shape), h) / power
+    chosen = rounder(w, h)
+    e_new = output_error(w, chosen.astype(np.float32) * scale.reshape(shape), h) / power
+    return (chosen if e_new < e_near else None), {"nearest": e_near, "chosen": min(e_new, e_near)}
+
+
 def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
                      feeds: Iterable[Mapping[str, np.ndarray]], per_image: int = 256, budget_mb: float = 512.0,
                      threads: int = 0) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
@@ -179,16 +193,9 @@ def weight_roundings(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str,
         if layer.count == 0 or name is None:
             continue
         w = numpy_helper.to_array(inits[name]).astype(np.float32)
-        h = layer.hessian()
-        nearest_q, scale = quantize_weight(w, 0)
-        shape = [-1] + [1] * (w.ndim - 1)
-        power = max(output_error(np.zeros_like(w), w, h), 1e-30)
-        e_near = output_error(w, nearest_q.astype(np.float32) * scale.reshape(shape), h) / power
-        chosen = gptq_round(w, h)
-        e_new = output_error(w, chosen.astype(np.float32) * scale.reshape(shape), h) / power
-        errors[node] = {"nearest": e_near, "chosen": min(e_new, e_near)}
-        if e_new < e_near:
-            out[name] = chosen
+        picked, errors[node] = pick_rounding(w, layer.hessian(), gptq_round)
+        if picked is not None:
+            out[name] = picked
     if errors:
         gain = [e["nearest"] / max(e["chosen"], 1e-30) for e in errors.values()]
         log.info("weight rounding: %d of %d convs rounded by output error (median error / %.2f)", len(out),
