@@ -8,11 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
-from edgert.calib.collect import ActivationCollector
-from edgert.calib.qdq import plan_quantization, prepare_model, quantize_weight, write_qdq
+from edgert.calib.qdq import quantize_weight, write_qdq
 from edgert.calib.rounding import gptq_round, output_error, weight_roundings
 
-from .models import tiny_detector
+from .models import planned_on_random_feeds
 
 pytest.importorskip("onnxruntime")
 
@@ -35,14 +34,7 @@ def test_gptq_rounding_lowers_the_output_error_of_a_random_layer() -> None:
 
 
 def test_weight_roundings_on_a_model_keep_the_scales_and_lower_each_layer_error(tmp_path: Path) -> None:
-    model = prepare_model(onnx.load(str(tiny_detector(tmp_path / "m.onnx", residual=True))))
-    plan = plan_quantization(model)
-    rng = np.random.default_rng(1)
-    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
-    collector = ActivationCollector(model, plan.activation_tensors)
-    for f in feeds:
-        collector.update(f["images"])
-    amax = {n: h.abs_max for n, h in collector.histograms.items()}
+    model, plan, feeds, amax = planned_on_random_feeds(tmp_path)
     rounded, errors = weight_roundings(model, plan, amax, iter(feeds), per_image=64)
     assert set(errors) == {t.node for t in plan.targets if t.op_type == "Conv"}
     assert all(e["chosen"] <= e["nearest"] for e in errors.values())

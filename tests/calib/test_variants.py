@@ -13,13 +13,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgert.calib.adaround import adaround, adaround_roundings
 from edgert.calib.calibrate import CalibrationOptions, calibrate
-from edgert.calib.collect import ActivationCollector
-from edgert.calib.qdq import plan_quantization, prepare_model, quantize_weight, write_qdq
+from edgert.calib.qdq import quantize_weight, write_qdq
 from edgert.calib.rounding import output_error
 from edgert.calib.variants import degraded, with_variants
 from edgert.errors import CalibrationError
 
-from .models import tiny_detector, write_images
+from .models import planned_on_random_feeds, tiny_detector, write_images
 
 cv2 = pytest.importorskip("cv2")
 pytest.importorskip("onnxruntime")
@@ -99,14 +98,7 @@ def test_adaround_lowers_a_random_layers_output_error_and_ends_binary() -> None:
 
 
 def test_adaround_on_a_model_is_what_the_qdq_model_carries(tmp_path: Path) -> None:
-    model = prepare_model(onnx.load(str(tiny_detector(tmp_path / "m.onnx", residual=True))))
-    plan = plan_quantization(model)
-    rng = np.random.default_rng(1)
-    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
-    collector = ActivationCollector(model, plan.activation_tensors)
-    for f in feeds:
-        collector.update(f["images"])
-    amax = {n: h.abs_max for n, h in collector.histograms.items()}
+    model, plan, feeds, amax = planned_on_random_feeds(tmp_path)
     rounded, errors = adaround_roundings(model, plan, amax, lambda: iter(feeds), iters=100, per_image=64)
     assert set(errors) == {t.node for t in plan.targets if t.op_type == "Conv"}
     assert all(e["chosen"] <= e["nearest"] for e in errors.values())
