@@ -43,6 +43,16 @@ MODELS = {
 MODELS_NAME = {v: k for k, v in MODELS.items()}
 
 
+def _versions() -> dict[str, str]:
+    """The libraries a figure depends on (a fresh venv resolves them anew: session 9 saw NanoDet's figures
+    move between machines, cause not traced)."""
+    import cv2
+    import numpy
+    import onnxruntime
+
+    return {"onnxruntime": onnxruntime.__version__, "opencv": cv2.__version__, "numpy": numpy.__version__}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", choices=tuple(MODELS))
@@ -75,7 +85,7 @@ def main() -> int:
     swap = _swap(src, out, video)
     check = (report.get("accuracy") or {}).get("map") or {}
     print(json.dumps({
-        "model": args.model, "options": options, "heldout_map50_95": held["map"]["map50_95"],
+        "model": args.model, "options": options, "versions": _versions(), "heldout_map50_95": held["map"]["map50_95"],
         "heldout_strict": held["map_strict"]["map50_95"], "heldout_frames": held["frames"],
         "heldout_photos": part_map.get("photos"), "heldout_video": part_map.get("video"), "video_swap": swap,
         "check_map50_95": check.get("map50_95"), "float_layers": report["summary"]["float_layers"],
@@ -108,7 +118,7 @@ def _fp16(src: Path, out: Path, options: dict, count: int) -> int:
     video = [f for f in frames if "#" in f[0]]
     photos = [f for f in frames if "#" not in f[0]]
     print(json.dumps({
-        "model": MODELS_NAME[src], "precision": "fp16", "options": options,
+        "model": MODELS_NAME[src], "precision": "fp16", "options": options, "versions": _versions(),
         "heldout_map50_95": held["map"]["map50_95"], "heldout_strict": held["map_strict"]["map50_95"],
         "heldout_frames": held["frames"],
         "heldout_photos": compare_detectors(src, out, photos)["map"]["map50_95"] if photos else None,
