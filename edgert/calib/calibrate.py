@@ -236,6 +236,10 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     pre = Preprocessor(config.preprocess, spec, metadata)
     buffer = pre.allocate()
     tensors = [t for t in plan.activation_tensors if t not in plan.tail_tensors]
+    if opts.rounding not in ("nearest", "gptq", "adaround"):
+        raise CalibrationError(f"unknown weight rounding {opts.rounding!r}; known: nearest, gptq, adaround")
+    if opts.adaround_iters < 1:
+        raise CalibrationError(f"adaround_iters must be at least 1, got {opts.adaround_iters}")
     if opts.equalization not in ("none", "activations", "weights"):
         raise CalibrationError(f"unknown equalization {opts.equalization!r}; known: none, activations, weights")
     if not 0.0 <= opts.equalize_alpha <= 1.0:
@@ -347,10 +351,6 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
             pre(img, buffer)
             yield {spec.name: buffer}
 
-    if opts.rounding not in ("nearest", "gptq", "adaround"):
-        raise CalibrationError(f"unknown weight rounding {opts.rounding!r}; known: nearest, gptq, adaround")
-    if opts.adaround_iters < 1:
-        raise CalibrationError(f"adaround_iters must be at least 1, got {opts.adaround_iters}")
     if opts.rounding == "adaround":
         from edgert.calib.adaround import adaround_roundings
 

@@ -113,6 +113,17 @@ def test_adaround_on_a_model_is_what_the_qdq_model_carries(tmp_path: Path) -> No
                   options=CalibrationOptions(rounding="adaround", adaround_iters=0, check=False))
 
 
+def test_an_unknown_rounding_is_refused_before_any_image_is_read(tmp_path: Path) -> None:
+    model = tiny_detector(tmp_path / "m.onnx")
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for i in range(3):  # images no decoder reads: reaching them would end the run with another error
+        (folder / f"{i}.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(CalibrationError, match=r"^unknown weight rounding 'bogus'; known: nearest, gptq, adaround$"):
+        calibrate(model, folder, tmp_path / "q.onnx", progress=False, options=CalibrationOptions(rounding="bogus"))
+    assert not (tmp_path / "q.onnx").exists()
+
+
 def test_one_pass_on_the_equalised_model_gives_the_two_passes_ranges_and_cache(tmp_path: Path) -> None:
     model = tiny_detector(tmp_path / "m.onnx")
     images = write_images(tmp_path / "imgs", 6, size=(32, 32))[0].parent
