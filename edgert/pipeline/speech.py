@@ -82,7 +82,8 @@ def refuse_vision_keys(config: PipelineConfig) -> None:
         ("runtime.memory", rt.memory is not None), ("runtime.cuda_graph", rt.cuda_graph is not None),
         ("runtime.processing", rt.processing != "auto"),
         ("source.loop", any(s.loop for s in config.all_sources())),
-        ("source.preload", any(s.preload for s in config.all_sources()))) if on]
+        ("source.preload", any(s.preload for s in config.all_sources())),
+        ("source.realtime", any(s.realtime for s in config.all_sources()))) if on]
     if wrong:
         raise ConfigError(f"{', '.join(wrong)}: detection only; task {config.task} runs the speech chain")
 

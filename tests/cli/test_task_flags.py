@@ -34,7 +34,8 @@ def _flag(flag: str) -> list[str]:
 
 def test_the_tables_cover_the_parsers_task_specific_flags() -> None:
     assert set(VISION_ONLY_FLAGS).isdisjoint(SPEECH_ONLY_FLAGS)
-    assert {"--conf", "--track", "--slots", "--batch", "--processing", "--loop", "--preload"} <= set(VISION_ONLY_FLAGS)
+    assert {"--conf", "--track", "--slots", "--batch", "--processing", "--loop", "--preload",
+            "--realtime"} <= set(VISION_ONLY_FLAGS)
     assert set(SPEECH_ONLY_FLAGS) == {"--decoding", "--beam-size", "--fallback", "--best-of"}
 
 
@@ -64,6 +65,7 @@ def test_several_are_named_together(tmp_path: Path, capsys: pytest.CaptureFixtur
     ({"runtime": {"batch": 2}}, "runtime.batch"),
     ({"runtime": {"processing": "gpu"}}, "runtime.processing"),
     ({"source": {"uri": "a.wav", "loop": True}}, "source.loop"),
+    ({"source": {"uri": "a.wav", "realtime": True}}, "source.realtime"),
 ])
 def test_vision_keys_with_a_speech_task_through_the_api(data: dict[str, object], key: str) -> None:
     from edgert.pipeline.speech import refuse_vision_keys
