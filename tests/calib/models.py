@@ -125,3 +125,18 @@ def planned_on_random_feeds(tmp_path: Path,
     for f in feeds:
         collector.update(f["images"])
     return model, plan, feeds, {n: h.abs_max for n, h in collector.histograms.items()}
+
+
+def check_roundings_carried(model: onnx.ModelProto, plan: Any, amax: dict[str, float], rounded: dict[str, np.ndarray],
+                            errors: dict[str, dict[str, float]]) -> None:
+    """What every weight rounding must give: an error pair for each Conv, never worse than nearest, better on
+    at least one, and the Q/DQ model carrying exactly the chosen INT8 values."""
+    from edgert.calib.qdq import write_qdq
+
+    assert set(errors) == {t.node for t in plan.targets if t.op_type == "Conv"}
+    assert all(e["chosen"] <= e["nearest"] for e in errors.values())
+    assert rounded and any(e["chosen"] < e["nearest"] for e in errors.values())
+    qdq = write_qdq(model, plan, amax, rounding=rounded)
+    got = {i.name: i for i in qdq.graph.initializer}
+    for name, values in rounded.items():
+        assert np.array_equal(numpy_helper.to_array(got[f"{name}_quantized"]), values)
