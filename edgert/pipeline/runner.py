@@ -11,7 +11,7 @@ threads really do overlap.
   (:mod:`edgert.pipeline.collector`);
 - the **batcher** gathers the frames that are ready into batches of at most ``runtime.batch`` (default: one
   per source), round-robin over the sources so a fast one cannot starve a slow one, waiting at most
-  ``runtime.batch_timeout_ms`` for stragglers;
+  ``runtime.batch_timeout_ms`` for stragglers while every slot is busy;
 - one thread per **processor slot** (:mod:`edgert.pipeline.processor`: CPU or GPU) takes the next batch and
   turns it into detections in one engine call on that slot's own session, so several batches are in flight;
 - the **results** thread puts frames back in order, draws them when a sink wants pixels, hands them to the
@@ -121,6 +121,7 @@ class Pipeline:
         self._stop, self._abort = self.state.stopping, self.state.aborting  # the run's two events, the steps' too
         self._stop_reason: str | None = None
         self._cv = threading.Condition()
+        self._batches_done = 0  # batches the slots have run (under ``_cv``): against those sent, the slots' load
         self._hooks: RunHooks | None = None
         self._deadline: StopDeadline | None = None  # armed by a stop request
 
@@ -435,7 +436,7 @@ class Pipeline:
                 if pixels is not f.pixels:
                     f.pixels = pixels  # the frame keeps this buffer for its next images
                     feed.buffer_allocations += not getattr(source, "lends_buffers", False)
-                f.captured(source, index, t0)
+                f.captured(source, index, max(t0, getattr(source, "ready_at", None) or t0))  # paced: from when due
                 if index == 0:
                     from edgert.pipeline.startup import late_stages
 
@@ -489,15 +490,16 @@ class Pipeline:
                         return  # aborted, or every source has ended and nothing is left
                     batch: list[_Frame] = []
                     start = self._take(batch, start, size)
-                    # Wait a little for sources that may still deliver, so batches are full (DeepStream's
-                    # batched-push-timeout); never past the deadline, never for sources that have ended.
+                    # Wait for stragglers so batches are full (nvstreammux's batched-push-timeout), never past the
+                    # deadline, for sources that ended, or while a slot has no batch (Triton's dynamic batcher):
+                    # 16 cameras' stragglers added the timeout to their latency; files keep every slot busy.
                     deadline = time.monotonic() + timeout
                     while len(batch) < size and not self._abort.is_set():
                         if any(map(pending, feeds)):
                             start = self._take(batch, start, size)
                             continue
                         remaining = deadline - time.monotonic()
-                        if remaining <= 0 or all(map(ended, feeds)):
+                        if remaining <= 0 or all(map(ended, feeds)) or seq - self._batches_done < lanes:
                             break
                         self._cv.wait(remaining)
                 out.put(_Batch(seq, batch))
@@ -520,6 +522,9 @@ class Pipeline:
                     for f, d in zip(frames, dets):
                         f.detections = d
                     out.put(b)
+                    with self._cv:  # a slot is free: the batcher launches what it has instead of waiting
+                        self._batches_done += 1
+                        self._cv.notify_all()
         finally:
             out.put(None)
 

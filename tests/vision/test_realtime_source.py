@@ -95,3 +95,26 @@ def test_cli_refusals_are_one_line(tmp_path: Path, extra: list[str]) -> None:
     proc = _run("--backend", "onnxruntime", "--model", str(model), "--source", source, "--realtime", *extra)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith(want), proc.stderr
+
+
+def _latency(*args: str) -> dict[str, dict[str, float]]:
+    proc = _run("--backend", "onnxruntime", "--capture", "thread", "--realtime", "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    latency: dict[str, dict[str, float]] = json.loads(proc.stdout)["latency_ms"]
+    return latency
+
+
+def test_latency_counts_from_when_a_frame_is_due(tmp_path: Path) -> None:
+    # A camera's frame exists from its time on: the read that waited a frame interval for it (100 ms) is not latency
+    latency = _latency("--model", str(tiny_detector(tmp_path / "t.onnx")),
+                       "--source", str(make_video(tmp_path / "v.avi", frames=10, fps=10.0)))
+    assert latency["capture"]["p95"] < 30 and latency["total"]["p50"] < 50, latency
+
+
+def test_a_batch_is_not_held_for_a_straggler_while_a_slot_is_free(tmp_path: Path) -> None:
+    # A 10 fps camera batched with a 2 fps one: held for a straggler (the next frame of either, up to 400 ms), the
+    # fast one's frames would wait ~a frame interval (100 ms) each; with a slot free, each batch goes as it is
+    latency = _latency("--model", str(tiny_detector(tmp_path / "t.onnx")), "--batch", "2", "--batch-timeout-ms", "400",
+                       "--source", str(make_video(tmp_path / "fast.avi", frames=20, fps=10.0)),
+                       "--source", str(make_video(tmp_path / "slow.avi", frames=4, fps=2.0)))
+    assert latency["total"]["p95"] < 50, latency

@@ -145,6 +145,9 @@ class VideoFileSource(FrameSource):
         self.realtime = realtime
         self._clock: float | None = None  # realtime: the monotonic clock at media time 0 (set by the first frame)
         self._wake = threading.Event()  # stop() ends a realtime wait at once
+        #: realtime: when the frame just read was due (``perf_counter``): a camera's frame exists from then, so
+        #: its latency counts from there, not from a read that began a frame interval earlier and waited
+        self.ready_at: float | None = None
         self.timeout = timeout if timeout is not None else FILE_TIMEOUT_S
         self._cap: Any = None
         self._first: np.ndarray | None = None
@@ -227,6 +230,7 @@ class VideoFileSource(FrameSource):
         wait = self._clock + t - now
         if wait > 0:
             self._wake.wait(wait)
+        self.ready_at = time.perf_counter()
 
     def _next_frame(self, out: np.ndarray | None) -> np.ndarray | None:
         if self._cap is None:
