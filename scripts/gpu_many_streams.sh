@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 28's device rows (docs/pipeline.md "Issue 28, session 10"): many streams at a camera's rate and at the
+# engine's, on the GPU machine.
+#
+#   bash scripts/gpu_many_streams.sh pack      development machine, repo root: tar the two detectors, vtest.avi and
+#                                              two images from ../shared/assets into .gpu/ms1 (16 MiB, beside the
+#                                              kit's .gpu/ort5) and .gpu/ms2 (in a run of its own): with a 9 MiB
+#                                              tree, an ort1..ort4 run has no room left for assets
+#   bash scripts/gpu_many_streams.sh STEP ...  GPU machine, after `source .gpu/kit/device-setup.sh`: collect the
+#                                              parts sent so far, then run each STEP, writing JSON and logs to $OUT
+# STEPs:
+#   camera   every source a live camera (`--realtime`: vtest.avi at its own 10 fps), 1 and 16 streams, both
+#            detectors: the p99 row of issue 28 as a user with cameras meets it
+#   rule     the same 16-stream camera rows with the batcher's previous straggler rule (launch a part batch while
+#            any slot is free), from a patched copy of the tree: the A/B for this session's batcher change
+#   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
+#            column (the throughput rows)
+#   tests    tests/gpu
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cmd="${1:-}"
+if [ "$cmd" = pack ]; then
+  STAGE_NAME=ms PART_MIB="16 52" exec bash scripts/gpu_stage_assets.sh pack README.md models/detection/coco.names \
+      models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi \
+      images/bus.jpg images/opencv_hfs_000.jpg
+fi
+out="${OUT:-gpu-many-streams-out}"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+if [ -z "${EDGERT_ASSETS:-}" ] || [ ! -f "${EDGERT_ASSETS}/video/vtest.avi" ]; then
+  STAGE_NAME=ms STAGE_DEST=/tmp/edgert-ms-assets bash scripts/gpu_stage_assets.sh unpack
+  case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts to come in the next run
+  export EDGERT_ASSETS=/tmp/edgert-ms-assets
+fi
+if [ ! -f /tmp/gpusite/.done ]; then echo "gpu_many_streams: GPU stack not installed yet (send the next .gpu/ortN)"; exit 0; fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+models=(nanodet-m-416-coco-v8layout.onnx yolov8s-fall-640.onnx)
+bench() { python3 scripts/bench_many_streams.py --tracking off --no-check --models "${models[@]}" "$@"; }
+for step in "$@"; do
+  case "$step" in
+    camera) bench --streams 1,16 --frames 300 --run-args=--realtime --out "$out/camera.json" 2>&1 \
+              | tee "$out/camera.log" | grep -v '^INFO' ;;
+    rule)
+      # The previous rule, from a copy of this tree: the straggler wait ends while any slot is free.
+      rm -rf /tmp/rule-before && mkdir -p /tmp/rule-before && cp -r edgert scripts /tmp/rule-before/
+      sed -i 's/or seq == self._batches_done:/or seq - self._batches_done < lanes:/' /tmp/rule-before/edgert/pipeline/runner.py
+      grep -q 'seq - self._batches_done < lanes' /tmp/rule-before/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
+      (cd /tmp/rule-before && PYTHONPATH="/tmp/rule-before:/tmp/gpusite" python3 scripts/bench_many_streams.py \
+          --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 --run-args=--realtime \
+          --out "$out/camera-rule-before.json") 2>&1 | tee "$out/camera-rule-before.log" | grep -v '^INFO' ;;
+    rate) bench --compute --streams 1,16,32 --frames 1000 --out "$out/rate.json" 2>&1 \
+            | tee "$out/rate.log" | grep -v '^INFO' ;;
+    tests) python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -15 ;;
+    *) echo "gpu_many_streams: unknown step $step (camera, rule, rate, tests)"; exit 2 ;;
+  esac
+done
+nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv > "$out/nvidia-smi.txt" 2>&1
