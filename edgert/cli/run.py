@@ -51,6 +51,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loop", action="store_true", help="restart a video or image folder at its end")
     p.add_argument("--realtime", action="store_true",
                    help="deliver a video file at its own frame rate, as a camera would (source.realtime)")
+    p.add_argument("--stagger", action="store_true",
+                   help="with --realtime, spread the sources over one frame interval (source i comes i/N of it "
+                        "late), as unsynchronized cameras do (source.realtime_phase)")
     p.add_argument("--queue-size", type=int, metavar="N", help="frames in flight between stages (runtime.queue_size)")
     p.add_argument("--power-budget", type=parse_watts, metavar="WATTS",
                    help="pace the pipeline to stay under WATTS (10 or 10W)")
@@ -162,6 +165,10 @@ def build_config(args: argparse.Namespace) -> Any:
     per_source = {"loop": loop, "preload": preload, "capture": capture, "realtime": realtime}
     source = _replace(source, {}, **per_source) if source.uri else source
     sources = tuple(_replace(s, {}, **per_source) for s in sources)
+    if getattr(args, "stagger", False):
+        if not (realtime or all(s.realtime for s in (sources or (source,)))):
+            raise ConfigError("--stagger: spreads sources delivered at their own rate only. Note: add --realtime")
+        sources = tuple(dataclasses.replace(s, realtime_phase=i / len(sources)) for i, s in enumerate(sources))
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):
         if processing not in (None, "gpu"):

@@ -23,7 +23,7 @@ VISION_ONLY_FLAGS: dict[str, str] = {
     "--conf": "conf", "--iou": "iou", "--track": "track", "--processing": "processing",
     "--gpu-pipeline": "gpu_pipeline", "--slots": "slots", "--memory": "memory", "--cuda-graph": "cuda_graph",
     "--batch": "batch", "--batch-timeout-ms": "batch_timeout_ms", "--preload": "preload", "--loop": "loop",
-    "--realtime": "realtime",
+    "--realtime": "realtime", "--stagger": "stagger",
     "--line": "line", "--zone": "zone", "--capture": "capture",
     "--track-workers": "track_workers",
 }

@@ -139,6 +139,9 @@ class SourceConfig:
     # a video file delivered at its own frame rate, as a camera would (its frame times against the clock),
     # not as fast as it decodes: the camera case from a recording (latency at the camera's rate)
     realtime: bool = False
+    # realtime: how far into a frame interval this source's frames come (0 <= x < 1). Unsynchronized cameras run
+    # out of step with each other, where files started together are in step; --stagger spreads N sources over one
+    realtime_phase: float = 0.0
     name: str | None = None  # how results, events and statistics name this source; None: its index
     sinks: tuple[str, ...] = ()  # sinks that get this source's frames only
     timeout_s: float | None = None  # no frame for this long is a stall; None: 10 s for files, 5 s for live
@@ -151,6 +154,10 @@ class SourceConfig:
             _check(0 < self.timeout_s <= 3600, "timeout_s", f"expected seconds 0..3600, got {self.timeout_s}")
         if self.fourcc is not None:
             _check(len(self.fourcc) == 4, "fourcc", f"expected 4 characters, got {self.fourcc!r}")
+        _check(0.0 <= self.realtime_phase < 1.0, "realtime_phase",
+               f"expected a fraction of a frame interval 0 <= x < 1, got {self.realtime_phase}")
+        _check(self.realtime or not self.realtime_phase, "realtime_phase",
+               "applies to a source delivered at its own rate only. Note: set source.realtime (--realtime)")
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,41 @@ def test_a_batch_is_not_held_for_a_straggler_while_the_engine_is_idle(tmp_path: 
                        "--source", str(make_video(tmp_path / "fast.avi", frames=20, fps=10.0)),
                        "--source", str(make_video(tmp_path / "slow.avi", frames=4, fps=2.0)))
     assert latency["total"]["p95"] < 50, latency
+
+
+def _first_and_spacing(path: Path, phase: float) -> tuple[float, float]:
+    with open_source(SourceConfig(uri=str(path), realtime=True, realtime_phase=phase)) as src:
+        t0 = time.monotonic()
+        assert src.read() is not None
+        first = time.monotonic() - t0
+        assert src.read() is not None
+        return first, time.monotonic() - t0 - first
+
+
+def test_a_phase_puts_a_source_that_much_of_an_interval_late(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "v.avi", frames=4, fps=5.0)  # 200 ms between frames
+    first, spacing = _first_and_spacing(video, 0.5)
+    assert 0.095 <= first < 0.16 and 0.19 <= spacing < 0.26, (first, spacing)  # 100 ms late, then on its clock
+    first, _ = _first_and_spacing(video, 0.0)
+    assert first < 0.05, first  # in step: the first frame at once
+
+
+def test_stagger_spreads_the_sources_over_one_interval(tmp_path: Path) -> None:
+    from edgert.cli.main import build_parser
+    from edgert.cli.run import build_config
+
+    video = str(make_video(tmp_path / "v.avi", frames=3))
+    args = build_parser().parse_args(["run", *[a for _ in range(4) for a in ("--source", video)], "--realtime",
+                                      "--stagger"])
+    assert [s.realtime_phase for s in build_config(args).all_sources()] == [0.0, 0.25, 0.5, 0.75]
+    with pytest.raises(ConfigError, match=r"^--stagger: .* Note: add --realtime$"):
+        build_config(build_parser().parse_args(["run", "--source", video, "--source", video, "--stagger"]))
+
+
+def test_a_phase_without_realtime_or_past_one_interval_is_refused(tmp_path: Path) -> None:
+    from edgert.config.schema import FieldError
+
+    with pytest.raises(FieldError, match=r"^applies to a source delivered at its own rate only"):
+        SourceConfig(uri="v.avi", realtime_phase=0.5)
+    with pytest.raises(FieldError, match=r"^expected a fraction of a frame interval 0 <= x < 1, got 1.0$"):
+        SourceConfig(uri="v.avi", realtime=True, realtime_phase=1.0)

@@ -138,11 +138,12 @@ class VideoFileSource(FrameSource):
     kind = "video"
 
     def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None,
-                 realtime: bool = False) -> None:
+                 realtime: bool = False, phase: float = 0.0) -> None:
         super().__init__(uri)
         self.path = path
         self.loop = loop
         self.realtime = realtime
+        self.phase = phase  # realtime: frames come this fraction of a frame interval late (cameras out of step)
         self._clock: float | None = None  # realtime: the monotonic clock at media time 0 (set by the first frame)
         self._wake = threading.Event()  # stop() ends a realtime wait at once
         #: realtime: when the frame just read was due (``perf_counter``): a camera's frame exists from then, so
@@ -226,7 +227,7 @@ class VideoFileSource(FrameSource):
         t = float(self.frame_time or 0.0)
         now = time.monotonic()
         if self._clock is None:
-            self._clock = now - t
+            self._clock = now - t + self.phase / (self.fps or 30.0)
         wait = self._clock + t - now
         if wait > 0:
             self._wake.wait(wait)

@@ -91,7 +91,7 @@ def _images(uri: str, config: SourceConfig) -> FrameSource:
 
 def _video(uri: str, config: SourceConfig) -> FrameSource:
     return VideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s,
-                           realtime=config.realtime)
+                           realtime=config.realtime, phase=config.realtime_phase)
 
 
 @dataclass(frozen=True)
