@@ -10,8 +10,9 @@
 #                                              parts sent so far, then run each STEP, writing JSON and logs to $OUT
 # STEPs:
 #   camera   every source a live camera (`--realtime`: vtest.avi at its own 10 fps), 1 and 16 streams, both
-#            detectors: the p99 row of issue 28 as a user with cameras meets it
-#   rule     the same 16-stream camera rows with the batcher's previous straggler rule (launch a part batch while
+#            detectors, the 16 in step (started together) and out of step (`--stagger`, as unsynchronized
+#            cameras run): the p99 row of issue 28 as a user with cameras meets it
+#   rule     the 16 cameras out of step with the batcher's previous straggler rule (launch a part batch while
 #            any slot is free), from a patched copy of the tree: the A/B for this session's batcher change
 #   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
 #            column (the throughput rows)
@@ -37,16 +38,19 @@ models=(nanodet-m-416-coco-v8layout.onnx yolov8s-fall-640.onnx)
 bench() { python3 scripts/bench_many_streams.py --tracking off --no-check --models "${models[@]}" "$@"; }
 for step in "$@"; do
   case "$step" in
-    camera) bench --streams 1,16 --frames 300 --run-args=--realtime --out "$out/camera.json" 2>&1 \
-              | tee "$out/camera.log" | grep -v '^INFO' ;;
+    camera)
+      bench --streams 1,16 --frames 300 --run-args=--realtime --out "$out/camera.json" 2>&1 \
+        | tee "$out/camera.log" | grep -v '^INFO'
+      bench --streams 16 --frames 300 --run-args="--realtime --stagger" --out "$out/camera-stagger.json" 2>&1 \
+        | tee "$out/camera-stagger.log" | grep -v '^INFO' ;;
     rule)
       # The previous rule, from a copy of this tree: the straggler wait ends while any slot is free.
       rm -rf /tmp/rule-before && mkdir -p /tmp/rule-before && cp -r edgert scripts /tmp/rule-before/
       sed -i 's/or seq == self._batches_done:/or seq - self._batches_done < lanes:/' /tmp/rule-before/edgert/pipeline/runner.py
       grep -q 'seq - self._batches_done < lanes' /tmp/rule-before/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
       (cd /tmp/rule-before && PYTHONPATH="/tmp/rule-before:/tmp/gpusite" python3 scripts/bench_many_streams.py \
-          --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 --run-args=--realtime \
-          --out "$out/camera-rule-before.json") 2>&1 | tee "$out/camera-rule-before.log" | grep -v '^INFO' ;;
+          --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 \
+          --run-args="--realtime --stagger" --out "$out/camera-rule-before.json") 2>&1 | tee "$out/camera-rule-before.log" | grep -v '^INFO' ;;
     rate) bench --compute --streams 1,16,32 --frames 1000 --out "$out/rate.json" 2>&1 \
             | tee "$out/rate.log" | grep -v '^INFO' ;;
     tests) python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -15 ;;
