@@ -12,10 +12,10 @@
 #   camera   every source a live camera (`--realtime`: vtest.avi at its own 10 fps), 1 and 16 streams, both
 #            detectors, the 16 in step (started together) and out of step (`--stagger`, as unsynchronized
 #            cameras run): the p99 row of issue 28 as a user with cameras meets it
-#   rule     the 16 cameras out of step with the batcher's previous straggler rule (launch a part batch while
-#            any slot is free), from a patched copy of the tree: the A/B for this session's batcher change
+#   rule     the 16 cameras out of step with the batcher's other straggler rule (wait while a batch is in flight,
+#            where the default launches a part batch while any slot is free), from a patched copy of the tree
 #   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
-#            column (the throughput rows)
+#            column (the throughput rows); rate16: 16 streams only
 #   tests    tests/gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,17 +44,19 @@ for step in "$@"; do
       bench --streams 16 --frames 300 --run-args="--realtime --stagger" --out "$out/camera-stagger.json" 2>&1 \
         | tee "$out/camera-stagger.log" | grep -v '^INFO' ;;
     rule)
-      # The previous rule, from a copy of this tree: the straggler wait ends while any slot is free.
-      rm -rf /tmp/rule-before && mkdir -p /tmp/rule-before && cp -r edgert scripts /tmp/rule-before/
-      sed -i 's/or seq == self._batches_done:/or seq - self._batches_done < lanes:/' /tmp/rule-before/edgert/pipeline/runner.py
-      grep -q 'seq - self._batches_done < lanes' /tmp/rule-before/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
-      (cd /tmp/rule-before && PYTHONPATH="/tmp/rule-before:/tmp/gpusite" python3 scripts/bench_many_streams.py \
+      # The other rule, from a copy of this tree: the straggler wait ends only when no batch is in flight.
+      rm -rf /tmp/rule-other && mkdir -p /tmp/rule-other && cp -r edgert scripts /tmp/rule-other/
+      sed -i 's/or seq - self._batches_done < lanes:/or seq == self._batches_done:/' /tmp/rule-other/edgert/pipeline/runner.py
+      grep -q 'seq == self._batches_done' /tmp/rule-other/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
+      (cd /tmp/rule-other && PYTHONPATH="/tmp/rule-other:/tmp/gpusite" python3 scripts/bench_many_streams.py \
           --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 \
-          --run-args="--realtime --stagger" --out "$out/camera-rule-before.json") 2>&1 | tee "$out/camera-rule-before.log" | grep -v '^INFO' ;;
+          --run-args="--realtime --stagger" --out "$out/camera-rule-inflight.json") 2>&1 | tee "$out/camera-rule-inflight.log" | grep -v '^INFO' ;;
     rate) bench --compute --streams 1,16,32 --frames 1000 --out "$out/rate.json" 2>&1 \
             | tee "$out/rate.log" | grep -v '^INFO' ;;
+    rate16) bench --compute --streams 16 --frames 1000 --out "$out/rate16.json" 2>&1 \
+              | tee "$out/rate16.log" | grep -v '^INFO' ;;
     tests) python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -15 ;;
-    *) echo "gpu_many_streams: unknown step $step (camera, rule, rate, tests)"; exit 2 ;;
+    *) echo "gpu_many_streams: unknown step $step (camera, rule, rate, rate16, tests)"; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv > "$out/nvidia-smi.txt" 2>&1
