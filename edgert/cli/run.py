@@ -88,7 +88,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames per engine call across sources (runtime.batch; default: one per source on the GPU, "
                         "1 on the CPU)")
     g.add_argument("--batch-timeout-ms", type=float, metavar="MS",
-                   help="how long a batch waits for slower sources while every slot is busy "
+                   help="how long a batch waits for slower sources while another is in flight "
                         "(runtime.batch_timeout_ms, default 10)")
     g.add_argument("--preload", action="store_true",
                    help="decode the whole file source into memory before the clock starts (benchmarks)")

@@ -11,7 +11,7 @@ threads really do overlap.
   (:mod:`edgert.pipeline.collector`);
 - the **batcher** gathers the frames that are ready into batches of at most ``runtime.batch`` (default: one
   per source), round-robin over the sources so a fast one cannot starve a slow one, waiting at most
-  ``runtime.batch_timeout_ms`` for stragglers while every slot is busy;
+  ``runtime.batch_timeout_ms`` for stragglers while a batch is in flight;
 - one thread per **processor slot** (:mod:`edgert.pipeline.processor`: CPU or GPU) takes the next batch and
   turns it into detections in one engine call on that slot's own session, so several batches are in flight;
 - the **results** thread puts frames back in order, draws them when a sink wants pixels, hands them to the
@@ -491,15 +491,15 @@ class Pipeline:
                     batch: list[_Frame] = []
                     start = self._take(batch, start, size)
                     # Wait for stragglers so batches are full (nvstreammux's batched-push-timeout), never past the
-                    # deadline, for sources that ended, or while a slot has no batch (Triton's dynamic batcher):
-                    # 16 cameras' stragglers added the timeout to their latency; files keep every slot busy.
+                    # deadline, for sources that ended, or with no batch in flight: an idle engine waiting for 16
+                    # cameras' stragglers added the timeout to their latency; files keep batches in flight.
                     deadline = time.monotonic() + timeout
                     while len(batch) < size and not self._abort.is_set():
                         if any(map(pending, feeds)):
                             start = self._take(batch, start, size)
                             continue
                         remaining = deadline - time.monotonic()
-                        if remaining <= 0 or all(map(ended, feeds)) or seq - self._batches_done < lanes:
+                        if remaining <= 0 or all(map(ended, feeds)) or seq == self._batches_done:
                             break
                         self._cv.wait(remaining)
                 out.put(_Batch(seq, batch))
@@ -522,7 +522,7 @@ class Pipeline:
                     for f, d in zip(frames, dets):
                         f.detections = d
                     out.put(b)
-                    with self._cv:  # a slot is free: the batcher launches what it has instead of waiting
+                    with self._cv:  # none left in flight: the batcher launches what it has instead of waiting
                         self._batches_done += 1
                         self._cv.notify_all()
         finally:

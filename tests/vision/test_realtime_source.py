@@ -111,9 +111,9 @@ def test_latency_counts_from_when_a_frame_is_due(tmp_path: Path) -> None:
     assert latency["capture"]["p95"] < 30 and latency["total"]["p50"] < 50, latency
 
 
-def test_a_batch_is_not_held_for_a_straggler_while_a_slot_is_free(tmp_path: Path) -> None:
+def test_a_batch_is_not_held_for_a_straggler_while_the_engine_is_idle(tmp_path: Path) -> None:
     # A 10 fps camera batched with a 2 fps one: held for a straggler (the next frame of either, up to 400 ms), the
-    # fast one's frames would wait ~a frame interval (100 ms) each; with a slot free, each batch goes as it is
+    # fast one's frames would wait ~a frame interval (100 ms) each; with no batch in flight, each goes as it is
     latency = _latency("--model", str(tiny_detector(tmp_path / "t.onnx")), "--batch", "2", "--batch-timeout-ms", "400",
                        "--source", str(make_video(tmp_path / "fast.avi", frames=20, fps=10.0)),
                        "--source", str(make_video(tmp_path / "slow.avi", frames=4, fps=2.0)))
