@@ -111,6 +111,7 @@ def run(model: Path, video: Path, streams: int, frames: int, backend: str = "onn
             "latency_p50_ms": total["p50"], "latency_p99_ms": total["p99"],
             "stages_p50_ms": {k: v.get("p50") for k, v in s["latency_ms"].items() if k != "total"},
             "frames_in_flight": s.get("frames_in_flight"),
+            "batches": s.get("batches"), "batch_fill": s.get("batch_fill"),
             "watts": s.get("watts"), "mj_per_frame": s.get("mj_per_frame"), "drops": s.get("drops"),
             "host_cpu_cores": None if cores is None else round(cores, 2),
             "host_cpu_per_stream": None if cores is None else round(cores / streams, 3),

@@ -12,8 +12,8 @@
 #   camera   every source a live camera (`--realtime`: vtest.avi at its own 10 fps), 1 and 16 streams, both
 #            detectors, the 16 in step (started together) and out of step (`--stagger`, as unsynchronized
 #            cameras run): the p99 row of issue 28 as a user with cameras meets it
-#   rule     the 16 cameras out of step with the batcher's other straggler rule (wait while a batch is in flight,
-#            where the default launches a part batch while any slot is free), from a patched copy of the tree
+#   rule     the 16 cameras out of step with the batcher's previous straggler rule (launch a part batch while any
+#            slot is free, where the default waits while a batch is in flight), from a patched copy of the tree
 #   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
 #            column (the throughput rows); rate16: 16 streams only
 #   tests    tests/gpu
@@ -44,13 +44,13 @@ for step in "$@"; do
       bench --streams 16 --frames 300 --run-args="--realtime --stagger" --out "$out/camera-stagger.json" 2>&1 \
         | tee "$out/camera-stagger.log" | grep -v '^INFO' ;;
     rule)
-      # The other rule, from a copy of this tree: the straggler wait ends only when no batch is in flight.
+      # The previous rule, from a copy of this tree: the straggler wait ends while any slot is free.
       rm -rf /tmp/rule-other && mkdir -p /tmp/rule-other && cp -r edgert scripts /tmp/rule-other/
-      sed -i 's/or seq - self._batches_done < lanes:/or seq == self._batches_done:/' /tmp/rule-other/edgert/pipeline/runner.py
-      grep -q 'seq == self._batches_done' /tmp/rule-other/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
+      sed -i 's/or seq == self._batches_done:/or seq - self._batches_done < lanes:/' /tmp/rule-other/edgert/pipeline/runner.py
+      grep -q 'seq - self._batches_done < lanes' /tmp/rule-other/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
       (cd /tmp/rule-other && PYTHONPATH="/tmp/rule-other:/tmp/gpusite" python3 scripts/bench_many_streams.py \
           --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 \
-          --run-args="--realtime --stagger" --out "$out/camera-rule-inflight.json") 2>&1 | tee "$out/camera-rule-inflight.log" | grep -v '^INFO' ;;
+          --run-args="--realtime --stagger" --out "$out/camera-rule-slotfree.json") 2>&1 | tee "$out/camera-rule-slotfree.log" | grep -v '^INFO' ;;
     rate) bench --compute --streams 1,16,32 --frames 1000 --out "$out/rate.json" 2>&1 \
             | tee "$out/rate.log" | grep -v '^INFO' ;;
     rate16) bench --compute --streams 16 --frames 1000 --out "$out/rate16.json" 2>&1 \

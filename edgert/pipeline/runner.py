@@ -594,6 +594,6 @@ class Pipeline:
 
         update_drops(self.state)
         return run_summary(config=self.config, stats=self.stats, info=self.state.info, processor=self.state.processor,
-                           feeds=self.state.feeds, workers=self.state.workers, names=self.state.names,
+                           feeds=self.state.feeds, workers=self.state.workers, names=self.state.names, wall_s=wall_s,
                            class_counts=self.state.class_counts, frames_in_flight=len(self.frames),
-                           stopped_by=self.stopped_by(), errors=self.state.errors, wall_s=wall_s)
+                           stopped_by=self.stopped_by(), errors=self.state.errors, batches=self._batches_done)

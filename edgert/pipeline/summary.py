@@ -35,7 +35,8 @@ def run_time_base(feeds: Sequence[_Feed]) -> str | dict[str, str]:
 def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[str, object],
                 processor: Processor | None, feeds: Sequence[_Feed], workers: Sequence[SinkWorker],
                 names: Sequence[str], class_counts: dict[int, int], frames_in_flight: int, stopped_by: str,
-                errors: Sequence[BaseException], wall_s: float | None = None) -> JSONDict:
+                errors: Sequence[BaseException], wall_s: float | None = None,
+                batches: int | None = None) -> JSONDict:
     """The summary of a run (see :meth:`edgert.pipeline.runner.Pipeline.summary`): frames, FPS, per-stage latency,
     drops by reason, detections per class, why it stopped, per-source figures; the GPU processor adds
     ``gpu_ms``."""
@@ -65,6 +66,9 @@ def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[s
         "slots": len(processor.slots) if processor is not None else 0,
         "batch": getattr(processor, "batch", 1),
         "frames_in_flight": frames_in_flight,
+        # engine calls, and how full they ran: a part batch costs a whole batch's compute on a fixed-shape engine
+        "batches": batches,
+        "batch_fill": round(stats.frames / (batches * getattr(processor, "batch", 1)), 3) if batches else None,
         "tracking_workers": info.get("tracking_workers", 0),  # processes tracking groups of sources (track.workers)
         "watts": None if stats.watts is None else round(float(stats.watts), 3),
         "mj_per_frame": None,

@@ -156,3 +156,13 @@ def test_a_phase_without_realtime_or_past_one_interval_is_refused(tmp_path: Path
         SourceConfig(uri="v.avi", realtime_phase=0.5)
     with pytest.raises(FieldError, match=r"^expected a fraction of a frame interval 0 <= x < 1, got 1.0$"):
         SourceConfig(uri="v.avi", realtime=True, realtime_phase=1.0)
+
+
+def test_the_summary_counts_engine_calls_and_how_full_they_ran(tmp_path: Path) -> None:
+    model, video = str(tiny_detector(tmp_path / "t.onnx")), str(make_video(tmp_path / "v.avi", frames=12))
+    one = json.loads(_run("--backend", "onnxruntime", "--model", model, "--source", video, "--json").stdout)
+    assert (one["batches"], one["batch_fill"]) == (12, 1.0), one  # one source, batch 1: a call a frame
+    two = json.loads(_run("--backend", "onnxruntime", "--model", model, "--source", video, "--source", video,
+                          "--batch", "2", "--capture", "thread", "--json").stdout)
+    assert two["frames"] == 24 and 12 <= two["batches"] <= 24, two
+    assert two["batch_fill"] == round(24 / (2 * two["batches"]), 3), two
