@@ -29,12 +29,9 @@ if [ "$cmd" = pack ]; then
 fi
 out="${OUT:-gpu-many-streams-out}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-if [ -z "${EDGERT_ASSETS:-}" ] || [ ! -f "${EDGERT_ASSETS}/video/vtest.avi" ]; then
-  STAGE_NAME=ms STAGE_DEST=/tmp/edgert-ms-assets bash scripts/gpu_stage_assets.sh unpack
-  case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts to come in the next run
-  export EDGERT_ASSETS=/tmp/edgert-ms-assets
-fi
-if [ ! -f /tmp/gpusite/.done ]; then echo "gpu_many_streams: GPU stack not installed yet (send the next .gpu/ortN)"; exit 0; fi
+source scripts/gpu_ready.sh
+gpu_ready ms
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 models=(nanodet-m-416-coco-v8layout.onnx yolov8s-fall-640.onnx)
 bench() { python3 scripts/bench_many_streams.py --tracking off --no-check --models "${models[@]}" "$@"; }

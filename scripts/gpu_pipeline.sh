@@ -21,12 +21,9 @@ fi
 
 out="${OUT:-gpu-pipeline-out}"
 mkdir -p "$out"
-if [ -z "${EDGERT_ASSETS:-}" ] || [ ! -f "${EDGERT_ASSETS}/video/vtest.avi" ]; then
-  STAGE_NAME=gp STAGE_DEST=/tmp/edgert-gp-assets bash scripts/gpu_stage_assets.sh unpack
-  case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts to come in the next run
-  export EDGERT_ASSETS=/tmp/edgert-gp-assets
-fi
-if [ ! -f /tmp/gpusite/.done ]; then echo "gpu_pipeline: GPU stack not installed yet (send the next .gpu/ortN)"; exit 0; fi
+source scripts/gpu_ready.sh
+gpu_ready gp
+case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
 if [ "$cmd" = run ]; then
