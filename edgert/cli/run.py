@@ -168,6 +168,8 @@ def build_config(args: argparse.Namespace) -> Any:
     if getattr(args, "stagger", False):
         if not (realtime or all(s.realtime for s in (sources or (source,)))):
             raise ConfigError("--stagger: spreads sources delivered at their own rate only. Note: add --realtime")
+        if len(sources) < 2:
+            raise ConfigError("--stagger: one source has no other to be out of step with. Note: give several --source")
         sources = tuple(dataclasses.replace(s, realtime_phase=i / len(sources)) for i, s in enumerate(sources))
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):

@@ -147,6 +147,8 @@ def test_stagger_spreads_the_sources_over_one_interval(tmp_path: Path) -> None:
     assert [s.realtime_phase for s in build_config(args).all_sources()] == [0.0, 0.25, 0.5, 0.75]
     with pytest.raises(ConfigError, match=r"^--stagger: .* Note: add --realtime$"):
         build_config(build_parser().parse_args(["run", "--source", video, "--source", video, "--stagger"]))
+    with pytest.raises(ConfigError, match=r"^--stagger: one source has no other"):
+        build_config(build_parser().parse_args(["run", "--source", video, "--realtime", "--stagger"]))
 
 
 def test_a_phase_without_realtime_or_past_one_interval_is_refused(tmp_path: Path) -> None:
