@@ -20,6 +20,7 @@ same machine) so each row gets its ``/ compute-only`` ratio.
 
     python3 scripts/bench_many_streams.py --out many_streams.json --compute [--streams 1,4,8,16,32] [--frames 300]
     python3 scripts/bench_many_streams.py --run-args "--capture thread" --tracking off --no-check
+    python3 scripts/bench_many_streams.py --run-args "--realtime --stagger" --streams 1,16   # cameras out of step
     python3 scripts/bench_many_streams.py --backend onnxruntime --models nanodet-m-416-coco-v8layout.onnx \
         --streams 1,4 --frames 20 --no-check          # a quick check on a CPU machine
 """
