@@ -120,8 +120,12 @@ def test_a_batch_is_not_held_for_a_straggler_while_the_engine_is_idle(tmp_path: 
     assert latency["total"]["p95"] < 50, latency
 
 
-def _first_and_spacing(path: Path, phase: float) -> tuple[float, float]:
-    with open_source(SourceConfig(uri=str(path), realtime=True, realtime_phase=phase)) as src:
+def _first_and_spacing(path: Path, phase: float, cls: type | None = None) -> tuple[float, float]:
+    """When a realtime source's first frame comes after opening, and the second after the first."""
+    from edgert.vision.sources import video_file_source
+
+    config = SourceConfig(uri=str(path), realtime=True, realtime_phase=phase)
+    with open_source(config) if cls is None else video_file_source(config.uri, config, cls) as src:
         t0 = time.monotonic()
         assert src.read() is not None
         first = time.monotonic() - t0
@@ -168,3 +172,12 @@ def test_the_summary_counts_engine_calls_and_how_full_they_ran(tmp_path: Path) -
                           "--batch", "2", "--capture", "thread", "--json").stdout)
     assert two["frames"] == 24 and 12 <= two["batches"] <= 24, two
     assert two["batch_fill"] == round(24 / (2 * two["batches"]), 3), two
+
+
+def test_a_jetson_workers_hardware_decoded_file_keeps_realtime_and_its_phase(tmp_path: Path) -> None:
+    # A Jetson's capture worker opens files through GstVideoFileSource (nvv4l2decoder), which dropped
+    # source.realtime before. Here GStreamer cannot take it and it falls back to FFmpeg: the pacing is the same.
+    from edgert.vision.capture.jetson import GstVideoFileSource
+
+    first, spacing = _first_and_spacing(make_video(tmp_path / "v.avi", frames=4, fps=5.0), 0.5, GstVideoFileSource)
+    assert 0.095 <= first < 0.16 and 0.19 <= spacing < 0.26, (first, spacing)

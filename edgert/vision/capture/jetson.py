@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from edgert.errors import SourceError
-from edgert.vision.sources import SOURCES, FrameSource, VideoFileSource, gstreamer_available, open_source
+from edgert.vision.sources import (
+    SOURCES,
+    FrameSource,
+    VideoFileSource,
+    gstreamer_available,
+    open_source,
+    video_file_source,
+)
 from edgert.vision.sources.files import open_capture
 from edgert.vision.sources.gstreamer import jetson_file_pipeline
 
@@ -36,8 +43,9 @@ class GstVideoFileSource(VideoFileSource):
 
     kind = "video"
 
-    def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None) -> None:
-        super().__init__(uri, path, loop, timeout)
+    def __init__(self, uri: str, path: Path, loop: bool = False, timeout: float | None = None,
+                 realtime: bool = False, phase: float = 0.0) -> None:
+        super().__init__(uri, path, loop, timeout, realtime=realtime, phase=phase)
         self.hardware = True
 
     def open(self) -> None:
@@ -72,9 +80,7 @@ def worker_source(config: Any) -> FrameSource:
     row = next(row for row in SOURCES if row.accepts(uri)) if uri else None
     if row is not None and row.name == "video" and gstreamer_available():
         from edgert.platform import jetson_info
-        from edgert.vision.uri import file_path_text
 
-        if jetson_info().get("is_jetson"):
-            return GstVideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop,
-                                      timeout=config.timeout_s)
+        if jetson_info().get("is_jetson"):  # realtime and its phase too (before: dropped here, so --realtime was not)
+            return video_file_source(uri, config, GstVideoFileSource)
     return open_source(config)

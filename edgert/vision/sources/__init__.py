@@ -49,7 +49,15 @@ from edgert.vision.sources.base import (
 from edgert.vision.sources.files import ImageFilesSource, VideoFileSource
 from edgert.vision.sources.gstreamer import csi_pipeline, gstreamer_available, rtsp_pipeline
 from edgert.vision.sources.live import LiveSource
-from edgert.vision.sources.registry import SOURCES, SourceKind, open_source, register_source, source_help, source_kind
+from edgert.vision.sources.registry import (
+    SOURCES,
+    SourceKind,
+    open_source,
+    register_source,
+    source_help,
+    source_kind,
+    video_file_source,
+)
 
 __all__ = [
     "FILE_TIMEOUT_S",
@@ -74,5 +82,6 @@ __all__ = [
     "source_help",
     "source_kind",
     "time_base",
+    "video_file_source",
 ]
 

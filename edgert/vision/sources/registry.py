@@ -89,9 +89,11 @@ def _images(uri: str, config: SourceConfig) -> FrameSource:
     return ImageFilesSource(uri, [path], config.loop)
 
 
-def _video(uri: str, config: SourceConfig) -> FrameSource:
-    return VideoFileSource(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s,
-                           realtime=config.realtime, phase=config.realtime_phase)
+def video_file_source(uri: str, config: SourceConfig, cls: type[VideoFileSource] = VideoFileSource) -> VideoFileSource:
+    """A video file as ``config`` says (loop, stall timeout, realtime and its phase): one place for this row and for
+    a Jetson capture worker's hardware-decoded file (:mod:`edgert.vision.capture.jetson`), so neither drops a key."""
+    return cls(uri, Path(file_path_text(uri)).expanduser(), config.loop, timeout=config.timeout_s,
+               realtime=config.realtime, phase=config.realtime_phase)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ SOURCES: list[SourceKind] = [
     SourceKind("v4l2", "/dev/videoN (or N, v4l2://DEVICE)", _is_camera, _v4l2),
     *(SourceKind(*row) for row in AUDIO_ROWS),  # speech tasks' sources (edgert.vision.audio_sources)
     SourceKind("images", "an image, a folder of images, a glob", _is_images, _images, reads=local_file),
-    SourceKind("video", "a video file", lambda uri: True, _video, reads=local_file),
+    SourceKind("video", "a video file", lambda uri: True, video_file_source, reads=local_file),
 ]
 
 
