@@ -47,13 +47,13 @@ for step in "$@"; do
       rm -rf /tmp/rule-other && mkdir -p /tmp/rule-other && cp -r edgert scripts /tmp/rule-other/
       sed -i 's/or seq == self._batches_done:/or seq - self._batches_done < lanes:/' /tmp/rule-other/edgert/pipeline/runner.py
       grep -q 'seq - self._batches_done < lanes' /tmp/rule-other/edgert/pipeline/runner.py || { echo "rule: patch missed"; exit 1; }
-      (cd /tmp/rule-other && PYTHONPATH="/tmp/rule-other:/tmp/gpusite" python3 scripts/bench_many_streams.py \
-          --tracking off --no-check --models "${models[@]}" --streams 16 --frames 300 \
-          --run-args="--realtime --stagger" --out "$out/camera-rule-slotfree.json") 2>&1 | tee "$out/camera-rule-slotfree.log" | grep -v '^INFO' ;;
-    rate) bench --compute --streams 1,16,32 --frames 1000 --out "$out/rate.json" 2>&1 \
-            | tee "$out/rate.log" | grep -v '^INFO' ;;
-    rate16) bench --compute --streams 16 --frames 1000 --out "$out/rate16.json" 2>&1 \
-              | tee "$out/rate16.log" | grep -v '^INFO' ;;
+      (cd /tmp/rule-other && PYTHONPATH="/tmp/rule-other:/tmp/gpusite" bench --streams 16 --frames 300 \
+          --run-args="--realtime --stagger" --out "$out/camera-rule-slotfree.json") 2>&1 \
+        | tee "$out/camera-rule-slotfree.log" | grep -v '^INFO' ;;
+    rate|rate16)
+      streams=1,16,32; [ "$step" = rate16 ] && streams=16
+      bench --compute --streams "$streams" --frames 1000 --out "$out/$step.json" 2>&1 | tee "$out/$step.log" \
+        | grep -v '^INFO' ;;
     profile)
       src=(); for _ in $(seq 16); do src+=(--source "$EDGERT_ASSETS/video/vtest.avi"); done
       run=(--backend onnxruntime-cuda --model "$EDGERT_ASSETS/models/detection/${models[0]}" "${src[@]}" --loop

@@ -166,10 +166,10 @@ def build_config(args: argparse.Namespace) -> Any:
     source = _replace(source, {}, **per_source) if source.uri else source
     sources = tuple(_replace(s, {}, **per_source) for s in sources)
     if getattr(args, "stagger", False):
-        if not (realtime or all(s.realtime for s in (sources or (source,)))):
-            raise ConfigError("--stagger: spreads sources delivered at their own rate only. Note: add --realtime")
         if len(sources) < 2:
             raise ConfigError("--stagger: one source has no other to be out of step with. Note: give several --source")
+        if not all(s.realtime for s in sources):
+            raise ConfigError("--stagger: spreads sources delivered at their own rate only. Note: add --realtime")
         sources = tuple(dataclasses.replace(s, realtime_phase=i / len(sources)) for i, s in enumerate(sources))
     processing = getattr(args, "processing", None)
     if getattr(args, "gpu_pipeline", False):
