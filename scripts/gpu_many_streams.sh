@@ -12,6 +12,8 @@
 #   camera   every source a live camera (`--realtime`: vtest.avi at its own 10 fps), 1 and 16 streams, both
 #            detectors, the 16 in step (started together) and out of step (`--stagger`, as unsynchronized
 #            cameras run): the p99 row of issue 28 as a user with cameras meets it
+#   fixed    the 16 cameras in and out of step with every engine call at the full batch (`--fixed-batch`), where
+#            the default runs a part batch at its own size (1, 2, 4, 8, 16)
 #   rule     the 16 cameras out of step with the batcher's previous straggler rule (launch a part batch while any
 #            slot is free, where the default waits while a batch is in flight), from a patched copy of the tree
 #   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
@@ -25,7 +27,7 @@ cmd="${1:-}"
 if [ "$cmd" = pack ]; then
   STAGE_NAME=ms PART_MIB="16 52" exec bash scripts/gpu_stage_assets.sh pack README.md models/detection/coco.names \
       models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi \
-      images/bus.jpg images/opencv_hfs_000.jpg
+      images/bus.jpg images/zidane.jpg images/opencv_hfs_000.jpg
 fi
 out="${OUT:-gpu-many-streams-out}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -42,6 +44,13 @@ for step in "$@"; do
         | tee "$out/camera.log" | grep -v '^INFO'
       bench --streams 16 --frames 300 --run-args="--realtime --stagger" --out "$out/camera-stagger.json" 2>&1 \
         | tee "$out/camera-stagger.log" | grep -v '^INFO' ;;
+    fixed)
+      # Every engine call at the full batch (--fixed-batch), the default before session 11: 16 cameras in step and
+      # out of step, against the camera step's rows (part batches at their own size)
+      bench --streams 16 --frames 300 --run-args="--realtime --fixed-batch" --out "$out/camera-fixed.json" 2>&1 \
+        | tee "$out/camera-fixed.log" | grep -v '^INFO'
+      bench --streams 16 --frames 300 --run-args="--realtime --stagger --fixed-batch" \
+          --out "$out/camera-stagger-fixed.json" 2>&1 | tee "$out/camera-stagger-fixed.log" | grep -v '^INFO' ;;
     rule)
       # The previous rule, from a copy of this tree: the straggler wait ends while any slot is free.
       rm -rf /tmp/rule-other && mkdir -p /tmp/rule-other && cp -r edgert scripts /tmp/rule-other/
@@ -67,7 +76,7 @@ for step in "$@"; do
                         [x['fps'] for x in s['sources']][:4], s['latency_ms']['total'])"
       done ;;
     tests) python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -15 ;;
-    *) echo "gpu_many_streams: unknown step $step (camera, rule, rate, rate16, profile, tests)"; exit 2 ;;
+    *) echo "gpu_many_streams: unknown step $step (camera, fixed, rule, rate, rate16, profile, tests)"; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv > "$out/nvidia-smi.txt" 2>&1

@@ -64,11 +64,38 @@ class OnnxRuntimeCudaSession(GpuSession):
         shapes.update(self._output_shapes(shapes))
         dtypes = {s.name: s.dtype for s in (*inputs, *outputs)}
         self._allocate(shapes, dtypes, {s.name for s in inputs})
-        self._io = self._sess.io_binding()
+        self._ios: dict[int, Any] = {}  # batch size -> its binding on the same buffers (part batches)
+        self._io = self._binding(None)
+        full = self.full_batch()
+        if full is not None:
+            self._ios[full] = self._io
+
+    def _binding(self, rows: int | None) -> Any:
+        """An IOBinding of the session's device buffers, at ``rows`` samples (None: the whole batch)."""
+        io = self._sess.io_binding()
+        device = self._options.device
         for name, host in self.inputs.items():
-            self._io.bind_input(name, "cuda", options.device, host.dtype, host.shape, self.device_inputs[name].ptr)
+            shape = host.shape if rows is None else (rows, *host.shape[1:])
+            io.bind_input(name, "cuda", device, host.dtype, shape, self.device_inputs[name].ptr)
         for name, host in self.outputs.items():
-            self._io.bind_output(name, "cuda", options.device, host.dtype, host.shape, self.device_outputs[name].ptr)
+            shape = host.shape if rows is None else (rows, *host.shape[1:])
+            io.bind_output(name, "cuda", device, host.dtype, shape, self.device_outputs[name].ptr)
+        return io
+
+    def smallest_batch(self) -> tuple[int | None, str]:
+        if self._options.cuda_graph:
+            return None, "a CUDA graph replays one batch size"
+        fixed = [s.name for s in (*self.input_specs, *self.output_specs)
+                 if not s.shape or (isinstance(s.shape[0], int) and s.shape[0] >= 0)]
+        if fixed:
+            return None, f"the model's batch is fixed ({fixed[0]}); edgert rebatch makes it dynamic"
+        return 1, ""
+
+    def _set_rows(self, rows: int) -> None:
+        io = self._ios.get(rows)
+        if io is None:
+            io = self._ios[rows] = self._binding(rows)
+        self._io = io
 
     def fork(self) -> OnnxRuntimeCudaSession:
         """Another ONNX Runtime session on its own stream: the CUDA provider binds one stream per session."""
@@ -95,6 +122,7 @@ class OnnxRuntimeCudaSession(GpuSession):
 
     def _release_model(self) -> None:
         self._io = None
+        self._ios.clear()
         self._sess = None
 
 

@@ -152,6 +152,28 @@ class TensorRTSession(GpuSession):
         _lo, opt, _hi = self._shared.engine.get_tensor_profile_shape(spec.name, 0)
         return _dims(opt)
 
+    def smallest_batch(self) -> tuple[int | None, str]:
+        """The largest of the inputs' profile minimums on the batch axis: every input runs at it. An input fixed
+        on that axis, or a profile that starts at the whole batch, allows none (``edgert build --shapes``
+        NAME:1x.../OPTx.../MAXx... makes an engine that does)."""
+        engine = self._shared.engine
+        smallest = 1
+        for spec in self.input_specs:
+            if not spec.shape or (isinstance(spec.shape[0], int) and spec.shape[0] >= 0):
+                return None, f"the engine's input {spec.name} has a fixed batch"
+            lo, _opt, _hi = engine.get_tensor_profile_shape(spec.name, 0)
+            smallest = max(smallest, int(lo[0]))
+        full = self.full_batch() or smallest
+        if smallest >= full:
+            return None, f"the engine's optimization profile starts at batch {smallest}"
+        return smallest, ""
+
+    def _set_rows(self, rows: int) -> None:
+        for name, host in self.inputs.items():
+            if not self.context.set_input_shape(name, (rows, *host.shape[1:])):
+                raise BackendError(f"{self.backend_name}: batch {rows} is outside the engine's optimization profile "
+                                   f"({self._shared.logger.last_error() or 'no reason given'})")
+
     def fork(self) -> TensorRTSession:
         """Another execution context on the same engine (own stream and buffers): a second frame in flight."""
         return TensorRTSession(self._shared, self._options)

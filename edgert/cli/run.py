@@ -84,6 +84,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU processing: frame memory, zero-copy (mapped, Jetson) or pinned copies; auto by device")
     g.add_argument("--cuda-graph", action="store_true", default=None,
                    help="GPU processing: replay the model as a CUDA graph (ORT enable_cuda_graph)")
+    g.add_argument("--fixed-batch", action="store_true",
+                   help="GPU processing: run every engine call at the full batch (runtime.part_batches: false; "
+                        "default: a part batch runs at the smallest of 1, 2, 4, ... that holds it)")
     g.add_argument("--batch", type=int, metavar="N",
                    help="frames per engine call across sources (runtime.batch; default: one per source on the GPU, "
                         "1 on the CPU)")
@@ -181,6 +184,7 @@ def build_config(args: argparse.Namespace) -> Any:
                        max_frames=args.max_frames, queue_size=args.queue_size, processing=processing,
                        slots=getattr(args, "slots", None), memory=getattr(args, "memory", None),
                        cuda_graph=getattr(args, "cuda_graph", None), metrics=getattr(args, "metrics", None),
+                       part_batches=False if getattr(args, "fixed_batch", False) else None,
                        batch=getattr(args, "batch", None), batch_timeout_ms=getattr(args, "batch_timeout_ms", None))
     power = _replace(config.power, {"budget_w": "--power-budget", "rail": "--rail"},
                      budget_w=args.power_budget, rail=args.rail)

@@ -22,6 +22,7 @@ _SPEECH_TASKS = ("vad", "wakeword", "asr")
 VISION_ONLY_FLAGS: dict[str, str] = {
     "--conf": "conf", "--iou": "iou", "--track": "track", "--processing": "processing",
     "--gpu-pipeline": "gpu_pipeline", "--slots": "slots", "--memory": "memory", "--cuda-graph": "cuda_graph",
+    "--fixed-batch": "fixed_batch",
     "--batch": "batch", "--batch-timeout-ms": "batch_timeout_ms", "--preload": "preload", "--loop": "loop",
     "--realtime": "realtime", "--stagger": "stagger",
     "--line": "line", "--zone": "zone", "--capture": "capture",

@@ -170,7 +170,11 @@ class RuntimeConfig:
     (an execution context of one engine, or an ONNX Runtime session) and, on the GPU, its own stream; None:
     2 on the CPU (two single-threaded sessions beat one two-threaded one on a few cores), 3 on the GPU, and
     there from a batch of 8 a fourth on trial (``edgert.pipeline.processor.default_slots``).
-    ``memory`` and ``cuda_graph`` apply to the GPU processor only; None means its default (auto / off).
+    ``memory``, ``cuda_graph`` and ``part_batches`` apply to the GPU processor only; None means its default
+    (auto / off / on where the model allows). ``part_batches``: a batch short of ``batch`` (an idle engine takes
+    what is there; a source's end) runs the model at the smallest of 1, 2, 4, ... ``batch`` that holds it, where
+    the model's batch is dynamic (``edgert.backends.gpu_session``); False: every call at ``batch`` (no warm-up
+    run per size); True: refused where the model runs one batch size.
     ``metrics``: ``HOST:PORT`` to serve Prometheus metrics while the pipeline runs.
     """
 
@@ -181,6 +185,7 @@ class RuntimeConfig:
     slots: int | None = None
     memory: Literal["auto", "pinned", "zero-copy"] | None = None
     cuda_graph: bool | None = None
+    part_batches: bool | None = None
     metrics: str | None = None
     batch: int | None = None
     batch_timeout_ms: float = 10.0

@@ -24,7 +24,7 @@ log = logging.getLogger("edgert.pipeline.processor")
 
 
 #: runtime keys that only the GPU processor reads, with the flag that sets each.
-GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-graph"}
+GPU_ONLY_KEYS: dict[str, str] = {"memory": "--memory", "cuda_graph": "--cuda-graph", "part_batches": "--fixed-batch"}
 
 
 def _gpu_usable(backend: str) -> tuple[bool, str]:

@@ -47,6 +47,7 @@ import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.errors import BackendError, ConfigError
+from edgert.pipeline.gpu_memory import ALIGN, MEMORY_MODES, Staging, choose_memory_mode
 from edgert.pipeline.processor import Processor, ProcessorSlot, default_slots, keep_trial_slot, slots_wanted
 from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
 from edgert.vision.decoders import Decoder, make_decoder
@@ -59,7 +60,7 @@ from edgert.vision.preprocess import LetterboxTransform, check_frame
 
 if TYPE_CHECKING:
     from edgert.backends import Session
-    from edgert.backends.cuda import CudaDevice, DeviceBuffer, HostRegistration
+    from edgert.backends.cuda import CudaDevice, HostRegistration
     from edgert.backends.gpu_session import GpuSession
     from edgert.pipeline.parts import JSONDict
 
@@ -67,7 +68,6 @@ __all__ = ["GPU_STAGES", "MEMORY_MODES", "GpuProcessor", "GpuSlot", "choose_memo
 
 log = logging.getLogger(__name__)
 
-MEMORY_MODES = ("auto", "pinned", "zero-copy")
 #: ONNX Runtime captures after 2 regular runs (min_num_runs_before_cuda_graph_capture_); 3 runs cover it.
 _GRAPH_CAPTURE_RUNS = 3
 _GRAPH_WAIT_S = 300.0
@@ -78,56 +78,6 @@ CANDIDATES = 1024
 #: The per-stage GPU times are taken on one batch in this many: each event record or read is a driver call made
 #: with the interpreter lock held (nine per timed batch), and the rings are quantiles of a sample anyway.
 _TIME_EVERY = 8
-
-
-def choose_memory_mode(requested: str, integrated: bool, can_map: bool) -> str:
-    """``"zero-copy"`` or ``"pinned"`` for a device with these traits.
-
-    ``auto``: zero-copy when the GPU is integrated (shares DRAM with the CPU: Jetson) and can map host
-    memory, otherwise pinned copies (a discrete GPU would read mapped memory over PCIe). Asking for
-    zero-copy on a device that cannot map host memory is a :class:`ConfigError`.
-    """
-    if requested not in MEMORY_MODES:
-        raise ConfigError(f"memory mode {requested!r} is not one of {', '.join(MEMORY_MODES)}")
-    if requested == "pinned":
-        return "pinned"
-    if requested == "zero-copy":
-        if not can_map:
-            raise ConfigError("runtime.memory: zero-copy: this GPU cannot map host memory (CAN_MAP_HOST_MEMORY "
-                              "is 0). Note: use --memory pinned")
-        return "zero-copy"
-    return "zero-copy" if integrated and can_map else "pinned"
-
-
-class _Staging:
-    """One sample's page-locked frame bytes (mapped when zero-copy) and, with pinned copies, its device copy."""
-
-    def __init__(self) -> None:
-        self.host: np.ndarray | None = None
-        self.ptr = 0  # device address the letterbox kernel reads
-        self.device_copy: DeviceBuffer | None = None
-
-    def ensure(self, device: CudaDevice, nbytes: int, zero_copy: bool) -> None:
-        if self.host is not None and self.host.nbytes >= nbytes:
-            return  # once per frame size: a camera's frames all have one
-        with device.active():
-            self.free()
-            self.host = device.pinned_empty((nbytes,), np.uint8, mapped=zero_copy)
-            if zero_copy:
-                self.ptr = device.device_pointer_of_mapped(self.host)
-            else:
-                self.device_copy = device.alloc(nbytes)
-                self.ptr = self.device_copy.ptr
-
-    def free(self) -> None:
-        if self.device_copy is not None:
-            self.device_copy.free()
-            self.device_copy = None
-        self.host = None
-
-
-#: Frames of a batch sit this many bytes apart at least in the staging buffer (aligned rows for the kernel).
-_ALIGN = 256
 
 
 class GpuSlot(ProcessorSlot):
@@ -152,7 +102,7 @@ class GpuSlot(ProcessorSlot):
         self.output_ptr = session.device_outputs[self.output_name].ptr
         self.output_stride = out.nbytes // self.batch
         self.zero_copy = proc.memory_mode == "zero-copy"
-        self.staging = _Staging()
+        self.staging = Staging()
         # The decoder keeps scratch buffers, so each slot has its own (the host fallback uses it too).
         self.decoder: Decoder = make_decoder(proc.config.decode, proc.output_specs, session.metadata)
         self.filter: GpuCandidateFilter | None = None
@@ -171,6 +121,7 @@ class GpuSlot(ProcessorSlot):
         # Per-stage GPU times of the recent calls, in fixed rings (nothing grows with the run's length).
         self.gpu_times = {stage: LatencyRing() for stage in GPU_STAGES}
         self._calls = 0
+        self.calls_at: dict[int, int] = {}  # engine calls by the batch size they ran at (part batches)
 
     def active(self) -> AbstractContextManager[object]:
         return self.device.active()
@@ -181,7 +132,7 @@ class GpuSlot(ProcessorSlot):
         A frame decoded into one of the processor's own page-locked buffers (:meth:`GpuProcessor.frame_buffer`)
         is not copied on the host: zero-copy, the kernel reads it where it lies; pinned, it is uploaded
         straight from there. Any other frame is first copied into the slot's staging buffer. Frames sit
-        packed in the device staging buffer, ``_ALIGN`` apart.
+        packed in the device staging buffer, ``ALIGN`` apart.
         """
         from edgert.backends.cuda import copy_htod_address_pinned, copy_htod_batch_pinned  # both page-locked
 
@@ -198,7 +149,7 @@ class GpuSlot(ProcessorSlot):
                 plan.append((frame, h, w, -1, own[1], addr))
                 continue
             plan.append((frame, h, w, end, None if own is None else 0, addr))
-            end += -(-(h * w * 3) // _ALIGN) * _ALIGN
+            end += -(-(h * w * 3) // ALIGN) * ALIGN
         staging = self.staging
         if end:
             staging.ensure(self.device, end, self.zero_copy)
@@ -253,6 +204,8 @@ class GpuSlot(ProcessorSlot):
         s = self.stream
         timed = self._calls % _TIME_EVERY == 0
         self._calls += 1
+        rows = self.session.use_rows(len(frames))  # a part batch runs at its own size where the model can
+        self.calls_at[rows] = self.calls_at.get(rows, 0) + 1
         ev = self.events if timed else None
         if ev:
             ev[0].record(s)
@@ -397,6 +350,7 @@ class GpuProcessor(Processor):
         wanted = slots_wanted(config, "gpu", 1 if self.cuda_graph else batch)
         self.trial_slot = wanted > default_slots("gpu") and config.runtime.slots is None  # warm_up decides
         self.warmup_model_ms: float | None = None  # the fastest warm-up run of a slot's model
+        self.warmup_s: float | None = None  # the whole warm-up, part-batch sizes included
         self.slots_rule = f"{wanted} ({'runtime.slots' if config.runtime.slots is not None else 'default'})"
         sess_opts = SessionOptions(threads=config.model.threads, device=device, cuda_graph=self.cuda_graph)
         ready = open_model(config, backend, batch=batch, options=sess_opts, gpu=True)
@@ -446,9 +400,27 @@ class GpuProcessor(Processor):
                 session.close()
             self.close()
             raise
+        self.batch_sizes, self.batch_sizes_rule = self._allow_part_batches(config.runtime.part_batches)
         self._barrier = threading.Barrier(len(self.slots)) if self.cuda_graph else None
         self._capture_lock = threading.Lock()
         log.info("GPU processing: %s, memory %s, decode %s", self.slots_rule, self.memory_mode, self._decode_kind())
+
+    def _allow_part_batches(self, wanted: bool | None) -> tuple[tuple[int, ...], str]:
+        """Let every slot run part batches at their own size unless ``runtime.part_batches`` is false; (the sizes,
+        the rule as the summary says it). Asked for where the model runs one size: refused in one line."""
+        if wanted is False:
+            return (self.batch,), "runtime.part_batches: false"
+        sizes: tuple[int, ...] = (self.batch,)
+        why = ""
+        for slot in self._gpu_slots():
+            sizes, why = slot.session.allow_part_batches()
+        if len(sizes) > 1:
+            return sizes, "part batches at their own size (the model's batch is dynamic)"
+        if wanted and self.batch > 1:
+            self.close()
+            raise ConfigError(f"runtime.part_batches: true: {why}. Note: drop the key to run every call at batch "
+                              f"{self.batch}")
+        return sizes, "one batch size" + (f": {why}" if why else "")
 
     def _decode_kind(self) -> str:
         if not self.gpu_decode:
@@ -522,8 +494,10 @@ class GpuProcessor(Processor):
 
     def warm_up(self, runs: int) -> None:
         """Run each slot's model ``runs`` times (at most 2: more would let ORT capture CUDA graphs on this thread):
-        cuDNN chooses its algorithms and the arenas grow; the fastest run decides on a slot on trial."""
+        cuDNN chooses its algorithms and the arenas grow; the fastest run decides on a slot on trial. Then each
+        part-batch size once per slot (ONNX Runtime's cuDNN search is per shape: 0.3-0.75 s a size on the H100)."""
         fastest: float | None = None
+        started = time.perf_counter()
         with self.device.active():
             for slot in self.slots:
                 assert isinstance(slot, GpuSlot)
@@ -538,6 +512,13 @@ class GpuProcessor(Processor):
                 if not kept:
                     self.slots.pop().close()
                 log.info("GPU processing: %s", self.slots_rule)
+            if runs > 0 and len(self.batch_sizes) > 1:
+                for slot in self._gpu_slots():
+                    for size in (*self.batch_sizes[:-1], self.batch):
+                        slot.session.use_rows(size)
+                        slot.session.compute_only()
+        self.warmup_s = round(time.perf_counter() - started, 2)
+        log.info("GPU processing: warm-up %.1f s (batch sizes %s)", self.warmup_s, list(self.batch_sizes))
 
     def describe(self) -> JSONDict:
         return {
@@ -551,8 +532,20 @@ class GpuProcessor(Processor):
             "decoder": self.decoder_kind,
             "layout": self.plan.layout,
             "batch": self.batch,
+            "batch_sizes": list(self.batch_sizes),
+            "batch_sizes_rule": self.batch_sizes_rule,
+            "calls_at": self._calls_at(),
+            "warmup_s": self.warmup_s,
             "candidate_overflows": sum(s.filter.overflows for s in self._gpu_slots() if s.filter is not None),
         }
+
+    def _calls_at(self) -> dict[str, int]:
+        """Engine calls by the batch size they ran at, every slot's together (JSON keys: strings)."""
+        total: dict[int, int] = {}
+        for slot in self._gpu_slots():
+            for size, n in slot.calls_at.items():
+                total[size] = total.get(size, 0) + n
+        return {str(size): total[size] for size in sorted(total)}
 
     def stage_summary(self) -> dict[str, dict[str, float]]:
         slots = self._gpu_slots()

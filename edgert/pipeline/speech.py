@@ -80,6 +80,7 @@ def refuse_vision_keys(config: PipelineConfig) -> None:
         ("track", config.track is not None), ("analytics", config.analytics.enabled),
         ("runtime.slots", rt.slots is not None), ("runtime.batch", rt.batch is not None),
         ("runtime.memory", rt.memory is not None), ("runtime.cuda_graph", rt.cuda_graph is not None),
+        ("runtime.part_batches", rt.part_batches is not None),
         ("runtime.processing", rt.processing != "auto"),
         ("source.loop", any(s.loop for s in config.all_sources())),
         ("source.preload", any(s.preload for s in config.all_sources())),

@@ -120,11 +120,6 @@ class GpuNms:
                 self._allowed.copy_from_host_async(staged, stream)
                 stream.synchronize()
                 self._num_allowed = np.int32(flags.shape[0])
-        floats = self.host[self._batch_pad:].view(np.float32)
-        self._counts = self.host[: self.batch]
-        self._xyxy = floats[: cap * 4].reshape(cap, 4)
-        self._conf = floats[cap * 4: cap * 5]
-        self._cls = self.host[self._batch_pad + cap * 5: self._batch_pad + cap * 6]
         self._args_tail = (self.iou, self.agnostic, np.int32(self.max_det), np.uintp(self._kept.ptr),
                            np.uintp(self._kept_count.ptr), np.uintp(self._finished.ptr), np.int32(self._batch_pad),
                            np.uintp(self._out_ptr))
@@ -155,7 +150,14 @@ class GpuNms:
         """Each of the first ``n`` samples' detections (after the stream has synchronised), None where the
         sample's candidates overflowed the filter's buffer (the caller decodes it from the whole output), and
         the candidate counts of those that overflowed."""
-        return split_packed(self._counts[:n].tolist(), self._xyxy, self._conf, self._cls, self.names, self._empty)
+        # The kernel lays its output out for the samples it ran (its grid: cap = n * max_det), so a part batch's
+        # scores and classes start earlier than a full batch's (read at the full batch's offsets, a part batch
+        # had its boxes right and every score 0.0 and class 0: seen in session 11 on the H100).
+        cap = n * self.max_det
+        pad = self._batch_pad
+        floats = self.host[pad:pad + cap * 5].view(np.float32)
+        return split_packed(self.host[:n].tolist(), floats[:cap * 4].reshape(cap, 4), floats[cap * 4:],
+                            self.host[pad + cap * 5:pad + cap * 6], self.names, self._empty)
 
     def close(self) -> None:
         with self.device.active():

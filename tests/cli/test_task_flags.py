@@ -64,6 +64,7 @@ def test_several_are_named_together(tmp_path: Path, capsys: pytest.CaptureFixtur
     ({"runtime": {"slots": 2}}, "runtime.slots"),
     ({"runtime": {"batch": 2}}, "runtime.batch"),
     ({"runtime": {"processing": "gpu"}}, "runtime.processing"),
+    ({"runtime": {"part_batches": False}}, "runtime.part_batches"),
     ({"source": {"uri": "a.wav", "loop": True}}, "source.loop"),
     ({"source": {"uri": "a.wav", "realtime": True}}, "source.realtime"),
 ])

@@ -76,3 +76,35 @@ def test_gpu_nms_equals_host_finishing(assets: Path, tmp_path: Path, name: str, 
     print(f"{name} {decode}: {b} frames, {total} detections, GPU NMS == host finishing "
           f"({sum(len(r) for r in rows)} candidates)")
     assert total > 0
+
+
+@pytest.mark.parametrize("name", [NANODET, YOLOV8])
+def test_a_part_batch_gives_each_frame_its_own_detections(assets: Path, tmp_path: Path, name: str) -> None:
+    """A batch shorter than the processor's (the batcher sends one when the engine is idle, or at a source's end)
+    gives every frame the detections it gets in a full batch: its boxes, scores and classes. Before session 11
+    the host read a part batch's scores and classes at a full batch's offsets: right boxes, every score 0.0 and
+    every class 0. Where the model's batch is dynamic the part batch also runs the engine at its own size
+    (``GpuSession.batch_sizes``), so scores may differ by cuDNN's noise between the two sizes."""
+    from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
+    from edgert.pipeline.gpu import GpuProcessor, GpuSlot
+    from edgert.rewrite.batch import batched_model_path
+    from edgert.stats import STAGES
+    from tests.gpu.test_gpu_device import _frames, _model
+
+    frames = _frames(assets, 6)  # eight frames: the processor's batch
+    config = PipelineConfig(model=ModelConfig(path=str(batched_model_path(_model(assets, name), tmp_path))),
+                            runtime=RuntimeConfig(slots=1))
+    with GpuProcessor(config, "onnxruntime-cuda", batch=len(frames)) as proc:
+        slot = proc.slots[0]
+        assert isinstance(slot, GpuSlot) and slot.nms is not None
+        with slot.device.active():
+            full = slot.process(frames, [np.zeros(len(STAGES)) for _ in frames])
+            parts = [slot.process(frames[a:b], [np.zeros(len(STAGES)) for _ in frames[a:b]])
+                     for a, b in ((0, 3), (3, 4), (4, 8))]
+    got = [d for part in parts for d in part]
+    assert len(got) == len(full) and sum(len(d) for d in full) > 0
+    for k, (g, w) in enumerate(zip(got, full)):
+        assert np.array_equal(g.class_id, w.class_id), k
+        assert np.allclose(g.confidence, w.confidence, atol=2e-3), (k, g.confidence, w.confidence)
+        assert np.allclose(g.xyxy, w.xyxy, atol=0.5), k
+    print(f"{name}: part batches 3 + 1 + 4 of 8 == the full batch, {sum(len(d) for d in full)} detections")

@@ -95,7 +95,8 @@ def test_processing_typo_in_yaml_names_file_and_line(media: dict[str, Path], tmp
 
 @NO_GPU
 @pytest.mark.parametrize("flags,key", [(["--memory", "pinned"], "runtime.memory (--memory)"),
-                                       (["--cuda-graph"], "runtime.cuda_graph (--cuda-graph)")])
+                                       (["--cuda-graph"], "runtime.cuda_graph (--cuda-graph)"),
+                                       (["--fixed-batch"], "runtime.part_batches (--fixed-batch)")])
 def test_gpu_only_flags_are_refused_on_the_cpu_processor(media: dict[str, Path], flags: list[str], key: str) -> None:
     line = _one_line(_run(*flags, "--model", str(media["model"]), "--source", str(media["video"])))
     assert key in line and "applies to GPU processing only" in line
