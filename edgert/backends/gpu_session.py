@@ -11,7 +11,8 @@ also run on their first rows. :meth:`GpuSession.allow_part_batches` picks the si
 4, ... and the whole batch) and :meth:`GpuSession.use_rows` runs the next calls at the smallest that holds the
 rows, so a batch of 3 frames costs what 4 do, not what 16 do (measured on the H100: YOLOv8s at batch 1 in a
 batch-16 session 1.9 ms against 9.4 ms for 16; docs/pipeline.md, issue 28 session 11). Sizes are powers of two
-because each new size costs a warm-up run (cuDNN's algorithm search, 0.3-0.75 s a size on ONNX Runtime).
+because each size costs a warm-up run and, on ONNX Runtime, a session of its own (its CUDA provider tunes cuDNN
+again whenever one session's input shape changes: :meth:`OnnxRuntimeCudaSession._prepare_rows`).
 """
 
 from __future__ import annotations
@@ -94,9 +95,12 @@ class GpuSession(Session):
         if full is None:
             return (), "the buffers share no batch dimension"
         smallest, why = self.smallest_batch() if full > 1 else (full, "")
-        self.batch_sizes = batch_sizes(full, smallest) if smallest is not None else (full,)
+        sizes = batch_sizes(full, smallest) if smallest is not None else (full,)
+        if len(sizes) > 1:
+            self._prepare_rows(sizes)
+        self.batch_sizes = sizes
         self._rows = full
-        return self.batch_sizes, why if smallest is None else ""
+        return sizes, why if smallest is None else ""
 
     def use_rows(self, rows: int) -> int:
         """Run the next calls on the first ``rows`` samples' worth of the buffers at the smallest allowed batch
@@ -109,6 +113,9 @@ class GpuSession(Session):
                     self._rows = size
                 return size
         return self._rows or rows
+
+    def _prepare_rows(self, sizes: tuple[int, ...]) -> None:
+        """Whatever running at ``sizes`` needs before the first call (a backend that keeps a session per size)."""
 
     def _set_rows(self, rows: int) -> None:
         """Make the next :meth:`_enqueue` run at batch ``rows`` (only sizes :meth:`smallest_batch` allowed)."""

@@ -50,6 +50,7 @@ class OnnxRuntimeCudaSession(GpuSession):
             provider[1]["enable_cuda_graph"] = "1"
         # ORT 1.2x+ warns on stderr about plugin EP discovery for every CUDA session; errors still raise.
         lazy_import("onnxruntime").set_default_logger_severity(3)
+        self._provider = provider
         with device.active():
             self._sess: Any = load_ort_session(path, [provider], options.threads)
         providers = self._sess.get_providers()
@@ -64,15 +65,14 @@ class OnnxRuntimeCudaSession(GpuSession):
         shapes.update(self._output_shapes(shapes))
         dtypes = {s.name: s.dtype for s in (*inputs, *outputs)}
         self._allocate(shapes, dtypes, {s.name for s in inputs})
-        self._ios: dict[int, Any] = {}  # batch size -> its binding on the same buffers (part batches)
-        self._io = self._binding(None)
-        full = self.full_batch()
-        if full is not None:
-            self._ios[full] = self._io
+        self._io = self._full_io = self._binding(self._sess, None)
+        self._run = self._sess  # the ONNX Runtime session the next call runs (part batches: one per size)
+        #: batch size -> (its own ONNX Runtime session, its binding on the first rows of the same buffers)
+        self._parts: dict[int, tuple[Any, Any]] = {}
 
-    def _binding(self, rows: int | None) -> Any:
-        """An IOBinding of the session's device buffers, at ``rows`` samples (None: the whole batch)."""
-        io = self._sess.io_binding()
+    def _binding(self, sess: Any, rows: int | None) -> Any:
+        """An IOBinding of ``sess`` on this session's device buffers, at ``rows`` samples (None: the whole batch)."""
+        io = sess.io_binding()
         device = self._options.device
         for name, host in self.inputs.items():
             shape = host.shape if rows is None else (rows, *host.shape[1:])
@@ -91,11 +91,23 @@ class OnnxRuntimeCudaSession(GpuSession):
             return None, f"the model's batch is fixed ({fixed[0]}); edgert rebatch makes it dynamic"
         return 1, ""
 
+    def _prepare_rows(self, sizes: tuple[int, ...]) -> None:
+        """An ONNX Runtime session per smaller size, on this session's stream and buffers. Why not one session
+        bound at several sizes: ONNX Runtime 1.31's CUDA provider tunes cuDNN again on every change of input
+        shape, 0.4-0.9 s a call when sizes alternate (measured on the H200, docs/pipeline.md issue 28 session 11);
+        a session that only ever sees one size tunes once, in the warm-up."""
+        full = self.full_batch()
+        with self.device.active():
+            for size in sizes:
+                if size != full and size not in self._parts:
+                    sess = load_ort_session(self._path, [self._provider], self._options.threads)
+                    self._parts[size] = (sess, self._binding(sess, size))
+
     def _set_rows(self, rows: int) -> None:
-        io = self._ios.get(rows)
-        if io is None:
-            io = self._ios[rows] = self._binding(rows)
-        self._io = io
+        if rows == self.full_batch():
+            self._run, self._io = self._sess, self._full_io
+        else:
+            self._run, self._io = self._parts[rows]
 
     def fork(self) -> OnnxRuntimeCudaSession:
         """Another ONNX Runtime session on its own stream: the CUDA provider binds one stream per session."""
@@ -114,15 +126,15 @@ class OnnxRuntimeCudaSession(GpuSession):
 
     def _enqueue(self) -> None:
         try:
-            self._sess.run_with_iobinding(self._io)
+            self._run.run_with_iobinding(self._io)
         except Exception as exc:  # pybind11 exception types of onnxruntime
             first = first_line(exc)
             raise BackendError(f"ONNX Runtime (CUDA) failed: {first}. Note: outputs whose size changes with the "
                                "data need the onnxruntime (CPU) backend") from exc
 
     def _release_model(self) -> None:
-        self._io = None
-        self._ios.clear()
+        self._io = self._full_io = self._run = None
+        self._parts.clear()
         self._sess = None
 
 

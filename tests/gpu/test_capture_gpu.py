@@ -30,12 +30,15 @@ def test_process_capture_on_the_gpu_gives_the_in_process_detections(assets: Path
 
     video = str(assets / "video" / "vtest.avi")
     runs = {}
+    # part_batches off: the two captures batch their frames differently, and at other engine sizes cuDNN's noise
+    # moves a score near the threshold across it (15 against 16 boxes, 0.8297 against 0.8296, seen on the H100)
     for capture in ("thread", "process"):
         out = tmp_path / f"{capture}.jsonl"
         config = PipelineConfig(
             model=ModelConfig(path=str(assets / "models" / "detection" / NANODET), backend="onnxruntime-cuda"),
             sources=tuple(SourceConfig(uri=video, capture=capture) for _ in range(4)),  # type: ignore[arg-type]
-            sinks=(f"jsonl://{out}",), runtime=RuntimeConfig(processing="gpu", max_frames=60, memory=memory))  # type: ignore[arg-type]
+            sinks=(f"jsonl://{out}",), runtime=RuntimeConfig(processing="gpu", max_frames=60, memory=memory,
+                                                            part_batches=False))  # type: ignore[arg-type]
         processor: Any = open_processor(config, batch=None, sources=4)
         try:
             summary = Pipeline(config, processor=processor, handle_signals=False).run()
