@@ -77,6 +77,7 @@ class GpuSession(Session):
             for name, dev in self.device_inputs.items():
                 dev.copy_from_host_async(self.inputs[name], self.stream)
             self.stream.synchronize()
+        self._rows = self.full_batch() or 0  # every call at the whole batch until part batches are allowed
 
     # -- part batches ------------------------------------------------------------------------------
     def full_batch(self) -> int | None:

@@ -410,6 +410,10 @@ class GpuProcessor(Processor):
         the rule as the summary says it). Asked for where the model runs one size: refused in one line."""
         if wanted is False:
             return (self.batch,), "runtime.part_batches: false"
+        if wanted is None and self.traits["integrated"] and self.backend_name == "onnxruntime-cuda":
+            # ONNX Runtime keeps a session per size (0.8-2.2 GiB a slot for NanoDet / YOLOv8s on the H100), which on
+            # an integrated GPU is the CPU's memory too; TensorRT changes size within one context
+            return (self.batch,), "one batch size: ONNX Runtime on an integrated GPU (a session per size costs memory)"
         sizes: tuple[int, ...] = (self.batch,)
         why = ""
         for slot in self._gpu_slots():
