@@ -8,7 +8,8 @@ and a candidate buffer. The pipeline drives each slot from its own thread; for e
 2. ``pinned``: uploads them with one async copy; ``zero-copy``: nothing, the kernel reads the mapped
    staging buffer through its device address (on Jetson that is the same DRAM);
 3. runs the letterbox kernel once for the batch into the session's device input buffer;
-4. runs the model on the device buffers (``session.compute_only()``: IOBinding / tensor addresses, no host copies);
+4. runs the model on the device buffers (``session.compute_only()``: IOBinding / tensor addresses, no host copies),
+   a part batch at its own size where the model allows (``GpuSession.use_rows``; ``runtime.part_batches``);
 5. runs the confidence filter once for the batch into the candidate buffer, then (``gpu_nms``, the default
    where the decoder allows it) NMS, ``max_det`` and the mapping to the frame for every sample in one launch
    (:mod:`edgert.vision.gpu_nms`), and copies the batch's final boxes back in one copy;
