@@ -42,7 +42,10 @@ def batch_sizes(full: int, smallest: int = 1) -> tuple[int, ...]:
 
 
 class GpuSession(Session):
-    """A session whose model runs on a CUDA stream; subclasses implement :meth:`_enqueue`."""
+    """A session whose model runs on a CUDA stream; subclasses implement :meth:`_enqueue` and :meth:`_set_rows`."""
+
+    #: whether each part-batch size holds memory of its own (ONNX Runtime: a session per size; TensorRT: none)
+    sizes_cost_memory = False
 
     def __init__(self, input_specs: list[TensorSpec], output_specs: list[TensorSpec], device: CudaDevice,
                  stream: Stream | None = None) -> None:
@@ -118,9 +121,9 @@ class GpuSession(Session):
     def _prepare_rows(self, sizes: tuple[int, ...]) -> None:
         """Whatever running at ``sizes`` needs before the first call (a backend that keeps a session per size)."""
 
+    @abc.abstractmethod
     def _set_rows(self, rows: int) -> None:
         """Make the next :meth:`_enqueue` run at batch ``rows`` (only sizes :meth:`smallest_batch` allowed)."""
-        raise NotImplementedError(f"{self.backend_name} runs one batch size")
 
     # -- the hot path ------------------------------------------------------------------------------
     @abc.abstractmethod

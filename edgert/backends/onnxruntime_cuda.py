@@ -29,6 +29,7 @@ _CUDA_EP = "CUDAExecutionProvider"
 
 class OnnxRuntimeCudaSession(GpuSession):
     backend_name = "onnxruntime-cuda"
+    sizes_cost_memory = True  # a session per part-batch size (_prepare_rows)
 
     def __init__(self, path: Path, options: SessionOptions) -> None:
         from edgert.backends.cuda import CudaDevice

@@ -411,13 +411,14 @@ class GpuProcessor(Processor):
         the rule as the summary says it). Asked for where the model runs one size: refused in one line."""
         if wanted is False:
             return (self.batch,), "runtime.part_batches: false"
-        if wanted is None and self.traits["integrated"] and self.backend_name == "onnxruntime-cuda":
+        slots = self._gpu_slots()
+        if wanted is None and self.traits["integrated"] and slots[0].session.sizes_cost_memory:
             # ONNX Runtime keeps a session per size (0.8-2.2 GiB a slot for NanoDet / YOLOv8s on the H100), which on
             # an integrated GPU is the CPU's memory too; TensorRT changes size within one context
-            return (self.batch,), "one batch size: ONNX Runtime on an integrated GPU (a session per size costs memory)"
+            return (self.batch,), f"one batch size: {self.backend_name} on an integrated GPU (a size costs memory)"
         sizes: tuple[int, ...] = (self.batch,)
         why = ""
-        for slot in self._gpu_slots():
+        for slot in slots:
             sizes, why = slot.session.allow_part_batches()
         if len(sizes) > 1:
             return sizes, "part batches at their own size (the model's batch is dynamic)"
