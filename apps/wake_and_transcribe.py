@@ -22,8 +22,8 @@ from pathlib import Path
 
 from edgert import EdgertError
 from edgert.config import ModelConfig, PipelineConfig, SourceConfig, SpeechConfig, VadConfig, WakeWordConfig
+from edgert.io.sinks import CallbackSink, FrameResult
 from edgert.pipeline import Pipeline
-from edgert.vision.sinks import CallbackSink, FrameResult
 
 
 def main() -> int:

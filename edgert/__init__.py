@@ -19,16 +19,16 @@ from edgert.errors import EdgertError
 from edgert.types import TensorSpec
 
 if TYPE_CHECKING:
+    from edgert.io.sinks import CallbackSink
     from edgert.pipeline import Pipeline
     from edgert.vision.detections import Detections
     from edgert.vision.detector import Detector
-    from edgert.vision.sinks import CallbackSink
 
 from edgert._version import __version__
 
 # The quick path, imported on first use (PEP 562) so that ``import edgert`` stays this small.
 _LAZY = {
-    "CallbackSink": "edgert.vision.sinks",
+    "CallbackSink": "edgert.io.sinks",
     "Detections": "edgert.vision.detections",
     "Detector": "edgert.vision.detector",
     "Pipeline": "edgert.pipeline",

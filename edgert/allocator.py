@@ -11,7 +11,7 @@ quarter, the last from two steps of 0.66 MB, a 768x576 YUV 4:2:0 frame; +171 and
 threshold; +323..+538 with glibc's defaults; the plateau 45 MB lower than with 4 MiB, frames/s the same, 61.6
 against 61.9). Those last steps were not a pool reaching its peak: heaptrack showed the video sink's PyAV path
 making three frame-sized buffers per frame (two above the threshold, mapped and unmapped each frame; the
-0.66 MB YUV frame from the arenas), now one reused frame (:mod:`edgert.vision.sinks.encoders`), and the MP4
+0.66 MB YUV frame from the arenas), now one reused frame (:mod:`edgert.io.sinks.encoders`), and the MP4
 muxer's index of every frame, now a fragment's; with both, the native heap is flat after warm-up (docs/fleet.md
 has the runs). The settings:
 

@@ -40,9 +40,9 @@ import numpy as np
 from _bench import RssProbe, assets_dir, machine_info, write_json
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.io.sources import open_source
 from edgert.pipeline import BaseObserver, Pipeline, PipelineStats
 from edgert.vision.detector import Detector
-from edgert.vision.sources import open_source
 
 
 def preprocessed_frames(detector: Detector, video: str, count: int) -> list[np.ndarray]:

@@ -25,9 +25,9 @@ import numpy as np
 from _bench import assets_dir, machine_info
 
 from edgert.config import ModelConfig, PipelineConfig, SourceConfig, SpeechConfig, VadConfig
+from edgert.io.sinks import CallbackSink
 from edgert.pipeline import Pipeline
 from edgert.speech import read_audio, wer
-from edgert.vision.sinks import CallbackSink
 
 SR = 16000
 

@@ -37,8 +37,8 @@ from edgert.vision.detections import Detections
 
 def detect_video(model: str, video: str, frames: int, conf: float) -> tuple[list[Detections], tuple[int, int]]:
     """Every frame's detections (up to ``frames``) and the frame size (width, height)."""
+    from edgert.io.sources import open_source
     from edgert.vision.detector import Detector
-    from edgert.vision.sources import open_source
 
     config = PipelineConfig(decode=DecodeConfig(conf=conf))
     out: list[Detections] = []

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     # inference sessions, power meters, ONNX rewriting
     ("backends", "power", "rewrite"),
     # the model-specific parts; the engine builder (build time, beside the runtime parts, never below them)
-    ("vision", "speech", "builder"),
+    ("vision", "io", "speech", "builder"),
     # what runs on detections (tracking, lines, zones); systemd, sd_notify and the metrics exporter, which
     # the pipeline's hooks call
     ("analytics", "service"),
@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 #: The runtime path: it must never load the engine builder.
-RUNTIME = ("backends", "pipeline", "vision")
+RUNTIME = ("backends", "pipeline", "vision", "io")
 BUILDER = "edgert.builder.engine_builder"
 
 
@@ -200,7 +200,7 @@ def _reaches(start: str, target: str) -> list[str] | None:
 def test_the_graph_is_read() -> None:
     # the checks below mean nothing if the parser found no edges: a known import must be there
     assert "edgert.errors" in GRAPH["edgert.config.loader"]
-    assert "edgert.vision.sinks.base" in GRAPH["edgert.vision.sinks.jsonl"]
+    assert "edgert.io.sinks.base" in GRAPH["edgert.io.sinks.jsonl"]
     assert len(MODULES) > 100
 
 

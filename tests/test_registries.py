@@ -22,20 +22,20 @@ from edgert.backends import BACKENDS, Backend, BackendProbe, Session, SessionOpt
 from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, PowerConfig, SourceConfig, load_config
 from edgert.decoder_kinds import DECODERS, DecoderKind, register_decoder
 from edgert.errors import ConfigError
+from edgert.io import sources
+from edgert.io.sinks import SINKS, FrameResult, Sink, SinkKind, StreamInfo, open_sink, register_sink
+from edgert.io.sources import SOURCES, FrameSource, SourceKind, open_source, register_source
+from edgert.io.uri import scheme
 from edgert.pipeline import Pipeline
 from edgert.pipeline.hooks import open_power_sampler
 from edgert.power import meters
 from edgert.power.meter import PowerMeter, PowerReading
 from edgert.power.meters import METERS, MeterKind, open_meter, register_meter
 from edgert.types import TensorSpec
-from edgert.vision import sources
 from edgert.vision.decoders import make_decoder
 from edgert.vision.decoders._common import DecoderBase, fixed, single_output
 from edgert.vision.detections import Detections
 from edgert.vision.preprocess import LetterboxTransform
-from edgert.vision.sinks import SINKS, FrameResult, Sink, SinkKind, StreamInfo, open_sink, register_sink
-from edgert.vision.sources import SOURCES, FrameSource, SourceKind, open_source, register_source
-from edgert.vision.uri import scheme
 from tests.helpers import ROOT
 from tests.pipeline.media import tiny_detector
 

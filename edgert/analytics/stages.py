@@ -4,7 +4,7 @@ The pipeline's result thread (one, in frame order) runs ``make_result_stages(con
 for every frame, :func:`run_stages`: tracking first (it sets ``track_id``), then the lines and zones that
 need it. Each stage is one method, ``process(detections, frame_index, timestamp) -> (detections,
 events)``; ``timestamp`` is the frame's media time (the source's own clock, see
-:func:`edgert.vision.sources.media_time`). Events are plain dicts with a ``type`` (``line_cross``,
+:func:`edgert.io.sources.media_time`). Events are plain dicts with a ``type`` (``line_cross``,
 ``zone_enter``, ``zone_exit``, ``zone_crowded``, ``zone_clear``) that the sinks write as their own records
 (``FrameResult.events``).
 """

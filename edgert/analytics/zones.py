@@ -3,7 +3,7 @@
 A track is inside while its anchor point (bottom centre by default) is inside the polygon. It stays
 counted while it is briefly unseen (a missed detection, an occlusion) and leaves, with ``reason: lost``,
 once it has not been seen for ``lost_after`` frames; the time in zone then ends when it was last seen.
-Times are the frames' media time (:func:`edgert.vision.sources.media_time`), so a file's dwell is video time.
+Times are the frames' media time (:func:`edgert.io.sources.media_time`), so a file's dwell is video time.
 
 A zone with ``crowded_at: N`` is crowded while N or more tracks are inside: ``zone_crowded`` when the
 occupancy reaches N, ``zone_clear`` when it falls below N again (after the frame's exits), once each.

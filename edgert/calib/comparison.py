@@ -37,7 +37,7 @@ def video_frames(path: str | Path, count: int, offset: float = 0.0) -> Iterator[
     """``count`` frames spread evenly over the video: every k-th frame (k = frames // count), starting at
     frame ``offset * k`` (0.5: the frames halfway between those of offset 0, a disjoint set)."""
     from edgert.errors import SourceError
-    from edgert.vision.sources import VideoFileSource
+    from edgert.io.sources import VideoFileSource
 
     src = VideoFileSource(str(path), Path(path))
     try:

@@ -21,8 +21,8 @@ SPEECH_TASKS = ("vad", "wakeword", "asr")  # edgert.speech.stages.SPEECH_TASKS (
 
 
 def register(subparsers: Any) -> None:
-    from edgert.vision.sinks import sink_help
-    from edgert.vision.sources import source_help
+    from edgert.io.sinks import sink_help
+    from edgert.io.sources import source_help
 
     p = subparsers.add_parser(
         "run", help="run a detector on a video, images, camera or stream into sinks",

@@ -146,7 +146,7 @@ class SourceConfig:
     sinks: tuple[str, ...] = ()  # sinks that get this source's frames only
     timeout_s: float | None = None  # no frame for this long is a stall; None: 10 s for files, 5 s for live
     # thread: decoded on a capture thread of the pipeline's process; process: in a worker process per source,
-    # into a shared frame ring; auto: process from 4 sources on a host of 4+ cores (edgert.vision.capture says why)
+    # into a shared frame ring; auto: process from 4 sources on a host of 4+ cores (edgert.io.capture says why)
     capture: Literal["auto", "thread", "process"] = "auto"
 
     def __post_init__(self) -> None:

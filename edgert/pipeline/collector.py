@@ -6,7 +6,7 @@ them waiting for the interpreter lock beside the slot threads that feed the engi
 NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
 for about 2 ms of work. The collector polls every worker's pipe and one pipe the workers share for their frames
-(:mod:`edgert.vision.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a
+(:mod:`edgert.io.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a
 worker's own pipe only when it says something else (a frame larger than its slot, the end, an error, its death),
 gets the frames the results thread finished in one hand-over per batch (:meth:`Collector.give_back`), gives a
 worker its slots back two at a time, and tells the batcher once per wake; per frame only its record's unpickling
@@ -16,7 +16,7 @@ thread per source made about 88 and five: ``scripts/profile_host.py``, docs/pipe
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first
 frame's late stages. Live sources keep their own thread (their worker drops frames and the pipeline keeps the
-newest, :meth:`~edgert.vision.capture.process.ProcessCaptureSource.read`), and so does every source of a run
+newest, :meth:`~edgert.io.capture.process.ProcessCaptureSource.read`), and so does every source of a run
 paced by a power budget (``admit`` blocks per frame).
 """
 
@@ -61,7 +61,7 @@ class Collector:
     """Reads ``feeds`` (all :func:`collects`) on one thread: :meth:`run`. ``cv`` is the batcher's condition.
 
     Per wake, not per frame: one ``poll`` for every pipe, one read of the shared pipe (the hub), one read of each
-    own pipe that has something (:meth:`~edgert.vision.capture.process.ProcessCaptureSource.pull`: rare), one
+    own pipe that has something (:meth:`~edgert.io.capture.process.ProcessCaptureSource.pull`: rare), one
     message to each worker with two slots back (or its last), one lock for the frames the results thread gave back
     (:meth:`give_back`, once per batch) and one for the batcher. Per frame only what is the frame's own: its
     message unpickled, its slot's view, its stamps.
@@ -81,13 +81,13 @@ class Collector:
         self._open = True  # run() still sorts them (under _lock); after it, they go to the free lists at once
         self._held: dict[int, list[int]] = {feed.index: [] for feed in self.feeds}  # freed slots not yet sent
         self._frames: dict[int, int] = {feed.index: 0 for feed in self.feeds}  # each source's frames (run())
-        # A file's media time as edgert.vision.sources.media_time has it (a worker sends no frame times): its
+        # A file's media time as edgert.io.sources.media_time has it (a worker sends no frame times): its
         # index over its rate, fixed once the source is open.
         self._rates = {feed.index: float(getattr(feed.source, "fps", None) or 30.0) for feed in self.feeds}
         for feed in self.feeds:
             feed.give_back = self.give_back
-        # One pipe for every worker's frames (edgert.vision.capture.hub): one read per wake, not one per source.
-        from edgert.vision.capture.hub import MessageHub
+        # One pipe for every worker's frames (edgert.io.capture.hub): one read per wake, not one per source.
+        from edgert.io.capture.hub import MessageHub
 
         self._hub: MessageHub | None = MessageHub()
         joined = [feed.source.join_hub(self._hub, feed.index) for feed in self.feeds  # type: ignore[attr-defined]

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
     from edgert.analytics.stages import ResultStage
     from edgert.config import SourceConfig
+    from edgert.io.sinks import SinkWorker
     from edgert.pipeline.parts import JSONDict, PipelineSource
     from edgert.vision.detections import Detections
-    from edgert.vision.sinks import SinkWorker
 
 
 _CAPTURE = STAGES.index("capture")
@@ -48,7 +48,7 @@ class _Frame:
         """Stamp the frame ``source`` has just read into it as its ``index``-th (``t0``: when the read began):
         its clocks, what the source says of it, its capture time. One place for the capture threads and the
         collector, so a frame reads the same whichever read it."""
-        from edgert.vision.sources import media_time
+        from edgert.io.sources import media_time
 
         self.started = t0
         self.timestamp = time.time()
@@ -148,6 +148,6 @@ class _Feed:
 
 
 def time_base(source: PipelineSource) -> str:
-    from edgert.vision.sources import time_base as source_time_base
+    from edgert.io.sources import time_base as source_time_base
 
     return source_time_base(source)

@@ -67,7 +67,7 @@ def apply_stages(run: RunState, feed: _Feed, f: _Frame) -> tuple[Detections, lis
 
 def emit(run: RunState, feed: _Feed, f: _Frame, detections: Detections, events: list[dict[str, object]]) -> None:
     """Draw the frame when a sink wants pixels, then offer its result to the shared sinks and its source's own."""
-    from edgert.vision.sinks import FrameResult
+    from edgert.io.sinks import FrameResult
 
     workers = (*run.shared, *feed.workers) if feed.workers else run.shared
     if not workers:
@@ -127,7 +127,7 @@ def record_source(run: RunState, feed: _Feed, f: _Frame, count: int, done: float
 
 def finish_tail(run: RunState, feed: _Feed, result: SpeechResult) -> None:
     """Events a processor still held when the last frame was through, to the sinks: a result of no frame."""
-    from edgert.vision.sinks import FrameResult
+    from edgert.io.sinks import FrameResult
 
     events = list(result.events)
     if not events:

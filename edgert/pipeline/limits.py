@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from edgert.errors import ConfigError
 
 if TYPE_CHECKING:
+    from edgert.io.sinks import SinkWorker
     from edgert.pipeline.feeds import _Feed
-    from edgert.vision.sinks import SinkWorker
 
 __all__ = [
     "ENV_FRAME_MEMORY_MB", "ENV_STOP_DEADLINE_S", "StopDeadline", "check_frame_memory", "drop_for_deadline",

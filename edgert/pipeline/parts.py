@@ -1,15 +1,15 @@
 """What the pipeline assumes of the parts it is given: a source (:class:`PipelineSource`), a sink as it may be
 named (:data:`SinkSpec`), and the JSON-like records it hands out (:data:`JSONDict`).
 
-:class:`PipelineSource` is the members of :class:`~edgert.vision.sources.FrameSource`, which an audio source
-(:class:`~edgert.vision.audio_sources.AudioFrames`) and a preloaded file
+:class:`PipelineSource` is the members of :class:`~edgert.io.sources.FrameSource`, which an audio source
+(:class:`~edgert.io.audio_sources.AudioFrames`) and a preloaded file
 (:class:`~edgert.pipeline.preload.PreloadedSource`) have too. What only some sources have (``start`` and ``attach``
 of a capture worker, ``meta`` of an audio chunk, ``current`` of a folder, ``lends_buffers``, ``reconnects``) is
 asked for with ``getattr`` where it is used.
 
 The lowest module of the pipeline: it imports nothing of edgert at run time, so every other one may import it.
 The processor's interface is :class:`edgert.pipeline.processor.Processor`, an observer's
-:class:`edgert.pipeline.observer.PipelineObserver`, a sink's :class:`edgert.vision.sinks.Sink`.
+:class:`edgert.pipeline.observer.PipelineObserver`, a sink's :class:`edgert.io.sinks.Sink`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Protocol, Union  # typing
 import numpy as np
 
 if TYPE_CHECKING:
-    from edgert.vision.sinks import FrameResult, Sink
+    from edgert.io.sinks import FrameResult, Sink
 
 __all__ = ["JSONDict", "PipelineSource", "SinkSpec"]
 
-#: A sink as the pipeline is given one: a URI of the sink registry, an open :class:`~edgert.vision.sinks.Sink`,
-#: or a callable that takes each :class:`~edgert.vision.sinks.FrameResult` (what ``as_sink`` accepts).
+#: A sink as the pipeline is given one: a URI of the sink registry, an open :class:`~edgert.io.sinks.Sink`,
+#: or a callable that takes each :class:`~edgert.io.sinks.FrameResult` (what ``as_sink`` accepts).
 SinkSpec = Union[str, "Sink", Callable[["FrameResult"], object]]
 
 #: A JSON-like record the pipeline hands out: the run's summary (what ``edgert run --json`` prints), a source's

@@ -16,8 +16,8 @@ import numpy as np
 from edgert.errors import ConfigError
 
 if TYPE_CHECKING:
+    from edgert.io.sources import FrameSource
     from edgert.pipeline.parts import JSONDict
-    from edgert.vision.sources import FrameSource
 
 __all__ = ["PreloadedSource"]
 

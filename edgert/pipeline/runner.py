@@ -295,14 +295,14 @@ class Pipeline:
         return feeds
 
     def _open_source(self, cfg: SourceConfig, count: int = 1) -> PipelineSource:
-        from edgert.vision.sources import open_source
+        from edgert.io.sources import open_source
 
         if not cfg.preload:
-            from edgert.vision.capture import open_captured
+            from edgert.io.capture import open_captured
 
             return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
+        from edgert.io.capture import choose_capture
         from edgert.pipeline.preload import PreloadedSource
-        from edgert.vision.capture import choose_capture
 
         choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
         if cfg.realtime:

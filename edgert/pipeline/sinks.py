@@ -14,10 +14,10 @@ from edgert.errors import ConfigError
 from edgert.redact import redact
 
 if TYPE_CHECKING:
+    from edgert.io.sinks import Sink, SinkWorker
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.parts import SinkSpec
     from edgert.pipeline.state import RunState
-    from edgert.vision.sinks import Sink, SinkWorker
 
 __all__ = ["open_sinks", "sink_title"]
 
@@ -31,9 +31,9 @@ class _StoppedAtStart(Exception):
 def open_sinks(run: RunState) -> None:
     """Every sink checked, locked and bound before any truncates its file (a run that cannot start leaves
     existing outputs alone), then opened; a sink failing mid-run stops the run with its error."""
+    from edgert.io.sinks import SinkWorker, StreamInfo, as_sink
+    from edgert.io.sinks.plan import sink_plan
     from edgert.pipeline.startup import open_feeds
-    from edgert.vision.sinks import SinkWorker, StreamInfo, as_sink
-    from edgert.vision.sinks.plan import sink_plan
 
     feeds = run.feeds
     several = len(feeds) > 1

@@ -1,6 +1,6 @@
 """The speech processor: the speech chain (VAD -> wake word -> Whisper) as a processor of the one pipeline.
 
-An audio source's "frame" is one chunk of samples (:mod:`edgert.vision.audio_sources`); the one slot feeds it
+An audio source's "frame" is one chunk of samples (:mod:`edgert.io.audio_sources`); the one slot feeds it
 through the chain of its source (one chain per source: VAD and wake-word state are per stream) and hands the
 events the chunk completed (segments, wake words, transcripts) to the results stage as the chunk's events, so
 they reach every sink of the one registry (JSONL, MQTT with ``?events=only``, a callback) in order. The chunk
@@ -27,10 +27,10 @@ import numpy as np
 
 from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
+from edgert.io.audio_sources import is_audio_source
 from edgert.pipeline.processor import Processor, ProcessorSlot
 from edgert.speech.stages import SPEECH_TASKS
 from edgert.stats import STAGES
-from edgert.vision.audio_sources import is_audio_source
 from edgert.vision.detections import Detections
 
 if TYPE_CHECKING:

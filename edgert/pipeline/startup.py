@@ -22,9 +22,9 @@ from edgert.redact import redact
 
 if TYPE_CHECKING:
     from edgert.analytics.workers import TrackingWorkers
+    from edgert.io.sinks import SinkWorker
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.state import RunState
-    from edgert.vision.sinks import SinkWorker
 
 __all__ = ["close_order", "enter_sources", "late_stages", "make_stages", "mark_reconnecting", "open_feeds"]
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgert.analytics.workers import TrackingWorkers
     from edgert.config import PipelineConfig
+    from edgert.io.sinks import SinkWorker
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.observer import PipelineObserver
     from edgert.pipeline.parts import SinkSpec
     from edgert.pipeline.processor import Processor
     from edgert.stats import PipelineStats
-    from edgert.vision.sinks import SinkWorker
 
 __all__ = ["RunState"]
 

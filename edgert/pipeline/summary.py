@@ -11,10 +11,10 @@ from edgert.redact import redact
 
 if TYPE_CHECKING:
     from edgert.config import PipelineConfig
+    from edgert.io.sinks import SinkWorker
     from edgert.pipeline.parts import JSONDict
     from edgert.pipeline.processor import Processor
     from edgert.stats import PipelineStats
-    from edgert.vision.sinks import SinkWorker
 
 
 def undecodable_totals(feeds: Sequence[_Feed]) -> dict[str, int]:

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 from edgert._package_data import read_text
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
+from edgert.io.uri import ARGUS, NETWORK
 from edgert.redact import has_literal_secret, redact
-from edgert.vision.uri import ARGUS, NETWORK
 
 if TYPE_CHECKING:
-    from edgert.vision.sinks.registry import SinkKind
+    from edgert.io.sinks.registry import SinkKind
 
 __all__ = [
     "DEFAULT_DEVICE_ALLOW",
@@ -117,7 +117,7 @@ class UnitOptions:
 
 def source_needs(config: PipelineConfig) -> set[str]:
     """What every source of ``config`` needs from the machine, as their rows say (argus, network)."""
-    from edgert.vision.sources import source_kind
+    from edgert.io.sources import source_kind
 
     uris = [src.uri.strip() for src in config.all_sources() if src.uri.strip()]
     return {need for uri in uris for need in source_kind(uri).needs(uri)}
@@ -125,7 +125,7 @@ def source_needs(config: PipelineConfig) -> set[str]:
 
 def _source_paths(config: PipelineConfig) -> list[tuple[str, str, str]]:
     """``(key, uri, path)`` for each local path the sources read, as their rows say."""
-    from edgert.vision.sources import source_kind
+    from edgert.io.sources import source_kind
 
     out = []
     for i, src in enumerate(config.all_sources()):
@@ -139,8 +139,8 @@ def _source_paths(config: PipelineConfig) -> list[tuple[str, str, str]]:
 def _sink_rows(config: PipelineConfig) -> list[tuple[str, SinkKind]]:
     """Every sink URI of a run of ``config`` (shared and per source, ``{source}`` expanded) with its row."""
     from edgert.errors import SinkError
-    from edgert.vision.sinks.plan import config_sinks
-    from edgert.vision.sinks.registry import sink_kind
+    from edgert.io.sinks.plan import config_sinks
+    from edgert.io.sinks.registry import sink_kind
 
     try:
         return [(uri.strip(), sink_kind(uri)) for uri in config_sinks(config)]

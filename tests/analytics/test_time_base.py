@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.io.sources import LiveSource, media_time, open_source, time_base
 from edgert.pipeline import Pipeline
 from edgert.pipeline.preload import PreloadedSource
-from edgert.vision.sources import LiveSource, media_time, open_source, time_base
 from tests.pipeline.media import corrupt_avi_frame, make_video, tiny_detector
 
 cv2 = pytest.importorskip("cv2")

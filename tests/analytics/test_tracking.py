@@ -11,8 +11,8 @@ import pytest
 
 from edgert.analytics import Analytics, Tracker, make_result_stages, run_stages, stages_summary
 from edgert.config import AnalyticsConfig, DecodeConfig, LineConfig, PipelineConfig, TrackConfig
+from edgert.io.sinks import FrameResult, JsonlSink, StreamInfo
 from edgert.vision.detections import Detections
-from edgert.vision.sinks import FrameResult, JsonlSink, StreamInfo
 
 try:
     import trackers  # noqa: F401
@@ -106,8 +106,8 @@ def test_missing_library_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_vtest_every_detection_tracked_long_tracks_and_crossings(assets: Path) -> None:
     """The issue's check on the real video: a counting line across the middle of the frame."""
     pytest.importorskip("onnxruntime")
+    from edgert.io.sources import open_source
     from edgert.vision.detector import Detector
-    from edgert.vision.sources import open_source
 
     config = PipelineConfig(decode=DecodeConfig(conf=0.35), track=TrackConfig())
     tracker = Tracker.from_config(TrackConfig(), fps=10.0)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from tests.vision.chromium import Browser, find_chromium
+from tests.io.chromium import Browser, find_chromium
 
 PAGE = """<!doctype html><title>loading</title>
 <video id="v" muted playsinline preload="auto" src="{video}"></video><canvas id="c" width="64" height="48"></canvas>

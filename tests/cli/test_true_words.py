@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+from edgert.io.sinks import FrameResult, Sink, StreamInfo
 from edgert.pipeline import Pipeline
-from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from tests.helpers import ROOT, assert_one_line_error, run_cli
 from tests.pipeline.media import make_video, tiny_detector
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.faults.conftest import Cli, closed_port
 from tests.helpers import assert_one_line_error, run_cli
-from tests.vision.test_sink_mqtt import MOSQUITTO, Broker, _free_port
+from tests.io.test_sink_mqtt import MOSQUITTO, Broker, _free_port
 
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed (pip install 'edgert[mqtt]')")
 

@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from edgert.errors import SourceError
-from edgert.vision.sources import FrameSource
+from edgert.io.sources import FrameSource
 
 
 def make_video(path: Path, frames: int = 30, size: tuple[int, int] = (96, 64), fps: float = 10.0,

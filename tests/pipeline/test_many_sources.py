@@ -16,8 +16,8 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import ConfigError
+from edgert.io.sinks import FrameResult, Sink, StreamInfo
 from edgert.pipeline import Pipeline
-from edgert.vision.sinks import FrameResult, Sink, StreamInfo
 from tests.pipeline.media import VanishingCamera, make_video, tiny_detector
 
 pytest.importorskip("cv2")
@@ -155,7 +155,7 @@ def test_duplicate_source_names_are_refused(media: dict[str, object], tmp_path: 
 
 
 def test_a_source_that_vanishes_does_not_stop_the_others(media: dict[str, object], tmp_path: Path) -> None:
-    from edgert.vision.sources import open_source
+    from edgert.io.sources import open_source
 
     videos = media["videos"]
     assert isinstance(videos, list)

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.io.sinks.web.server import WebPreviewSink
 from edgert.pipeline import Pipeline
-from edgert.vision.sinks.web.server import WebPreviewSink
+from tests.io.chromium import Browser, find_chromium
 from tests.pipeline.media import make_video, tiny_detector
-from tests.vision.chromium import Browser, find_chromium
 
 cv2 = pytest.importorskip("cv2")
 pytest.importorskip("onnxruntime")

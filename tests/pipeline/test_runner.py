@@ -12,11 +12,11 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.errors import SourceError
+from edgert.io.sinks import FrameResult, Sink, StreamInfo
+from edgert.io.sources import open_source
 from edgert.pipeline import STAGES, BaseObserver, Pipeline, PipelineObserver, PipelineStats
 from edgert.pipeline.choice import open_processor
 from edgert.stats import LatencyRing
-from edgert.vision.sinks import FrameResult, Sink, StreamInfo
-from edgert.vision.sources import open_source
 from tests.pipeline.media import VanishingCamera, make_video, tiny_detector
 
 pytest.importorskip("cv2")
@@ -163,7 +163,7 @@ def test_a_slow_sink_drops_frames_and_never_slows_the_pipeline(media: dict[str, 
 
 
 def test_live_source_stale_frames_are_counted(media: dict[str, Path]) -> None:
-    from edgert.vision.sources import LiveSource
+    from edgert.io.sources import LiveSource
 
     cv2 = pytest.importorskip("cv2")
     camera = LiveSource("file-camera", lambda: cv2.VideoCapture(str(media["video"])), backoff=0.01)

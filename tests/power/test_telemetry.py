@@ -190,10 +190,10 @@ def test_preview_page_shows_the_board_row(tmp_path: Path, monkeypatch: pytest.Mo
     import time
 
     from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+    from edgert.io.sinks.web.server import WebPreviewSink
     from edgert.pipeline import Pipeline
-    from edgert.vision.sinks.web.server import WebPreviewSink
+    from tests.io.chromium import Browser, find_chromium
     from tests.pipeline.media import make_video, tiny_detector
-    from tests.vision.chromium import Browser, find_chromium
 
     chromium = find_chromium()
     if chromium is None:

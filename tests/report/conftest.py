@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.vision.chromium import Browser, find_chromium
+from tests.io.chromium import Browser, find_chromium
 
 
 @pytest.fixture(scope="module")

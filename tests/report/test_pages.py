@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import assert_one_line_error, run_cli
+from tests.io.chromium import Browser
 from tests.pipeline.media import make_video, tiny_detector
 from tests.power import boards
-from tests.vision.chromium import Browser
 
 from .conftest import has_color, screenshot
 

@@ -77,8 +77,8 @@ def test_metrics_500_silent_clients_hold_at_most_the_cap(metrics_server: Metrics
 
 def test_web_preview_500_silent_clients_hold_at_most_the_cap() -> None:
     pytest.importorskip("cv2")
-    from edgert.vision.sinks import StreamInfo
-    from edgert.vision.sinks.web import server as web
+    from edgert.io.sinks import StreamInfo
+    from edgert.io.sinks.web import server as web
 
     sink = web.WebPreviewSink("http://127.0.0.1:0", port=0)
     sink.prepare()

@@ -14,10 +14,10 @@ import pytest
 
 from edgert.config import PipelineConfig, from_mapping
 from edgert.errors import ServiceError
+from edgert.io.sinks import SINKS, Sink, SinkKind, register_sink
+from edgert.io.sinks.plan import config_sinks
+from edgert.io.uri import scheme
 from edgert.service.unit import UnitOptions, check_service_paths, output_paths, render_unit
-from edgert.vision.sinks import SINKS, Sink, SinkKind, register_sink
-from edgert.vision.sinks.plan import config_sinks
-from edgert.vision.uri import scheme
 
 OPTIONS = UnitOptions(name="yard", config_path="/etc/edgert/yard.yaml", edgert="/opt/edgert/venv/bin/edgert")
 

@@ -83,7 +83,7 @@ def test_truncated_wav_is_an_error(tmp_path: Path, librivox: Path) -> None:
 
 def test_audio_uris_are_rows_of_the_one_source_table(tmp_path: Path) -> None:
     """A file, a folder of clips, alsa:// and mic:// are understood by the source table's audio rows only."""
-    from edgert.vision.sources import SOURCES, open_source
+    from edgert.io.sources import SOURCES, open_source
 
     sf.write(tmp_path / "a.wav", tone(SR, 0.5), SR)
     kinds = {row.name: row for row in SOURCES}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig, SpeechConfig, VadConfig
+from edgert.io.sinks import CallbackSink
 from edgert.pipeline import Pipeline
 from edgert.speech import (
     AudioChunk,
@@ -24,7 +25,6 @@ from edgert.speech import (
     read_audio,
 )
 from edgert.speech.chain import iter_events
-from edgert.vision.sinks import CallbackSink
 
 from .conftest import fake_arecord, silence
 

@@ -61,9 +61,9 @@ def wake_folder(tmp_path_factory: pytest.TempPathFactory, espeak_clips: dict[str
 
 def test_wakeword_to_mqtt_and_jsonl_under_a_budget_with_metrics_and_report(
         tmp_path: Path, speech_models: Path, wake_folder: Path) -> None:
+    from tests.io.chromium import Browser
+    from tests.io.test_sink_mqtt import MOSQUITTO, TOPIC, Broker, Subscriber, _register_session
     from tests.report.conftest import find_chromium
-    from tests.vision.chromium import Browser
-    from tests.vision.test_sink_mqtt import MOSQUITTO, TOPIC, Broker, Subscriber, _register_session
 
     if MOSQUITTO is None:
         pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
@@ -301,9 +301,9 @@ def test_two_whisper_sources_share_one_model_and_transcribe_as_one_at_a_time(
     """Two audio files in one asr run: one Whisper in memory (the second source's is a fork of the first's), and
     each source's transcripts equal those of a run of that file alone."""
     from edgert.config import ModelConfig, PipelineConfig, SourceConfig
+    from edgert.io.sinks import CallbackSink
     from edgert.pipeline import Pipeline
     from edgert.pipeline.speech import SpeechProcessor
-    from edgert.vision.sinks import CallbackSink
 
     clips = [str(librivox / f"sense_and_sensibility_01_austen_64kb-{n}.wav") for n in ("0930", "0880")]
     model = ModelConfig(path=str(speech_models / "whisper-tiny.en"), backend="onnxruntime")

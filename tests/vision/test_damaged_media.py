@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgert.config import SourceConfig
-from edgert.vision.sources import SKIP_DAMAGED_END, SKIP_UNDECODABLE, SKIP_UNREADABLE_IMAGE, open_source
+from edgert.io.sources import SKIP_DAMAGED_END, SKIP_UNDECODABLE, SKIP_UNREADABLE_IMAGE, open_source
 from tests.helpers import run_cli
 from tests.pipeline.media import corrupt_avi_frame, make_video, tiny_detector
 
@@ -39,7 +39,7 @@ def _drain(source) -> int:  # type: ignore[no-untyped-def]
 
 def test_damaged_end_is_counted_logged_once_and_explained(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     video = damaged_video(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="edgert.vision.sources"), open_source(str(video)) as source:
+    with caplog.at_level(logging.WARNING, logger="edgert.io.sources"), open_source(str(video)) as source:
         delivered = _drain(source)
         counters = source.counters()
     assert FRAMES // 3 < delivered < FRAMES  # the first half plays; the damage cuts it short
@@ -86,7 +86,7 @@ def test_broken_images_warn_once_with_a_count(tmp_path: Path, caplog: pytest.Log
     cv2.imwrite(str(tmp_path / "a.png"), np.zeros((8, 8, 3), np.uint8))
     for i in range(5):
         (tmp_path / f"broken{i}.jpg").write_bytes(b"not a jpeg")
-    with caplog.at_level(logging.WARNING, logger="edgert.vision.sources"), open_source(str(tmp_path)) as source:
+    with caplog.at_level(logging.WARNING, logger="edgert.io.sources"), open_source(str(tmp_path)) as source:
         assert _drain(source) == 1
     assert source.skipped_by_reason == {SKIP_UNREADABLE_IMAGE: 5}
     assert sum("cannot decode image" in r.getMessage() for r in caplog.records) == 1

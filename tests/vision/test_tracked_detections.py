@@ -11,8 +11,8 @@ import pytest
 
 from edgert.config import LineConfig, ZoneConfig
 from edgert.errors import InputError
+from edgert.io.sinks import FrameResult, SinkWorker, StreamInfo, open_sink
 from edgert.vision.detections import Detections
-from edgert.vision.sinks import FrameResult, SinkWorker, StreamInfo, open_sink
 
 NAMES = ("person", "car")
 

@@ -1,0 +1,118 @@
+"""JSON Lines: one record per frame (and one per analytics event), to a file or stdout (``jsonl://-``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import sys
+from pathlib import Path
+
+from edgert.errors import OutputClosed, SinkError
+from edgert.io.sinks.base import (
+    FrameResult,
+    Sink,
+    StreamInfo,
+    claim_file,
+    is_deleted,
+    result_records,
+    unlink_quietly,
+)
+
+__all__ = ["JsonlSink", "from_uri"]
+
+log = logging.getLogger(__name__)
+
+
+class JsonlSink(Sink):
+    """One JSON object per frame: ``{"frame", "timestamp", "detections": [...]}``, then one per analytics
+    event of that frame: ``{"type": "line_cross", "line", "track_id", "class", "direction", "time", "frame"}``.
+
+    Each line goes out in one ``write`` call and is flushed at once, so a process killed at any moment
+    leaves only whole lines; the file is fsynced at close. When a write fails (a full disk), the file is
+    cut back to its last whole line and the sink fails; a file deleted mid-run fails it too.
+    """
+
+    queue_size = 1024  # events are small and cheap: a deep queue rides out a slow disk
+    lossless = True
+
+    def __init__(self, uri: str, path: str) -> None:
+        super().__init__(uri)
+        self.path = path
+        self._fd: int | None = None
+        self._stdout = path == "-"
+        self._created = False  # prepare() made the file: a run that never opens it removes it again
+        self._opened = False
+        self._regular = False
+        self._good = 0  # bytes of whole lines in the file
+        self.lines = 0
+
+    def prepare(self) -> None:
+        if self._stdout or self._fd is not None:
+            return
+        self._fd, self._created = claim_file(Path(self.path), "events")
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+
+    def open(self, info: StreamInfo) -> None:
+        self.prepare()
+        if self._fd is not None and self._regular:
+            os.ftruncate(self._fd, 0)
+            os.lseek(self._fd, 0, os.SEEK_SET)
+        self._good = 0
+        self._opened = True
+
+    def write(self, result: FrameResult) -> None:
+        records = result_records(result)
+        if not records:
+            return
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+        if self._stdout:
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except BrokenPipeError:
+                raise OutputClosed("jsonl://-: stdout was closed by its reader") from None
+        elif self._fd is not None:
+            view = memoryview(data)
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+            except OSError as exc:
+                self._cut_to_last_line()
+                raise SinkError(f"{self.path}: writing events failed: {exc.strerror or exc}") from None
+            self._good += len(data)
+            if self._regular and is_deleted(self._fd):
+                raise SinkError(f"{self.path}: the file was deleted while the run wrote it")
+        self.lines += 1
+
+    def _cut_to_last_line(self) -> None:
+        """After a failed write: the file ends on its last whole line again (a cut object is no event)."""
+        if self._fd is None or not self._regular:
+            return
+        try:
+            os.ftruncate(self._fd, self._good)
+            os.lseek(self._fd, self._good, os.SEEK_SET)
+        except OSError as exc:
+            log.error("%s: cannot cut the file back to its last whole line: %s", self.path, exc.strerror)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self._opened:
+                try:
+                    os.fsync(self._fd)
+                except OSError:  # a pipe or a special file cannot be synced; a full disk already failed
+                    pass
+            os.close(self._fd)  # releases the lock
+            self._fd = None
+            if self._created and not self._opened:  # prepared for a run that never started
+                unlink_quietly(Path(self.path))
+
+
+def from_uri(uri: str, title: str = "edgert") -> JsonlSink:
+    path = uri[len("jsonl://"):]
+    if not path:
+        raise SinkError(f"{uri}: expected jsonl://PATH or jsonl://- for stdout")
+    return JsonlSink(uri, path)
