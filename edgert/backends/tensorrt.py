@@ -174,6 +174,16 @@ class TensorRTSession(GpuSession):
                 raise BackendError(f"{self.backend_name}: batch {rows} is outside the engine's optimization profile "
                                    f"({self._shared.logger.last_error() or 'no reason given'})")
 
+    def layer_information(self) -> str:
+        """The engine inspector's JSON of every layer (precision, formats and tactic where the engine was built
+        with ``edgert build --detailed-layers``; names only otherwise): :func:`edgert.engine.layers.summarize_layers`
+        reads it."""
+        trt = self._shared.trt
+        with self.device.active():
+            inspector = self._shared.engine.create_engine_inspector()
+            inspector.execution_context = self.context
+            return str(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+
     def fork(self) -> TensorRTSession:
         """Another execution context on the same engine (own stream and buffers): a second frame in flight."""
         return TensorRTSession(self._shared, self._options)

@@ -51,6 +51,7 @@ class BuildOptions:
     timing_cache: bool = True
     cache_dir: Path | None = None
     progress: bool | None = None  # None: when stderr is a terminal
+    detailed_layers: bool = False  # keep each layer's precision and tactic in the engine (the layer report)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -189,8 +190,30 @@ def _set_precision(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.
             config.int8_calibrator = _calibrator(trt, options.calib_cache.read_bytes())
 
 
+def without_library_tactics(trt: ModuleType) -> bool:
+    """Whether this TensorRT's builder must be kept off cuBLAS/cuDNN tactics: TensorRT 8.x and 9.x try them by
+    default and load the libraries for it, which a Jetson image without cuDNN (or with stubs in their place)
+    cannot serve: the build then fails or crashes inside the library. TensorRT 10 turned them off by default,
+    having its own kernels for every layer an ONNX detector has, so 8.x built this way makes the engines 10 makes."""
+    return hasattr(trt, "TacticSource") and hasattr(trt.TacticSource, "CUDNN") and _major(trt) < 10
+
+
+def _tactic_sources(trt: ModuleType, config: tensorrt.IBuilderConfig) -> None:
+    sources = int(config.get_tactic_sources())
+    for name in ("CUBLAS", "CUBLAS_LT", "CUDNN"):
+        member = getattr(trt.TacticSource, name, None)
+        if member is not None:
+            sources &= ~(1 << int(member))
+    if not config.set_tactic_sources(sources):
+        raise BuildError(f"TensorRT {trt.__version__} refused the tactic sources without cuBLAS/cuDNN")
+
+
 def _configure(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.IBuilderConfig,
                options: BuildOptions, profiles: list[ShapeProfile]) -> None:
+    if options.backend == "tensorrt" and without_library_tactics(trt):
+        _tactic_sources(trt, config)
+    if options.detailed_layers:
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     if options.workspace_mib is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     if options.optimization_level is not None:
@@ -296,8 +319,10 @@ def _fp16_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
     return inspect_onnx(out)
 
 
-def _builder_flags(options: BuildOptions, strong: bool, info: OnnxInfo) -> dict[str, Any]:
+def _builder_flags(options: BuildOptions, strong: bool, info: OnnxInfo, trt: ModuleType) -> dict[str, Any]:
     return {
+        "library_tactics": not (options.backend == "tensorrt" and without_library_tactics(trt)),
+        "detailed_layers": options.detailed_layers,
         "fp16_route": fp16_route(options, strong),
         "workspace_mib": options.workspace_mib,
         "optimization_level": options.optimization_level,
@@ -325,7 +350,7 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     strong = options.strongly_typed if options.strongly_typed is not None else _needs_strong_typing(trt)
     _check_precision(info, options, strong)
     convert = fp16_route(options, strong) == "onnx-fp16"
-    flags = _builder_flags(options, strong, info)
+    flags = _builder_flags(options, strong, info, trt)
     if convert:  # a new converter may convert differently: part of the key
         from edgert.rewrite.fp16 import converter_version
 

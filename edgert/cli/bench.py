@@ -215,7 +215,7 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str,
     return res
 
 
-def _batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
+def batch_inputs(model: Path, shapes: list[str]) -> dict[str, tuple[int, ...]]:
     """The inputs with a dynamic first dimension and their other dims (from the model, or --shapes OPT)."""
 
     from edgert.errors import ConfigError
@@ -257,7 +257,7 @@ def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any
     model = batched_model_path(src) if max(batches) > 1 else src
     result: dict[str, Any] = {"model": str(src), "backend": be.name,
                               "batched_model": None if model == src else str(model), "batches": []}
-    rest = _batch_inputs(model, args.shapes) if model != src or max(batches) > 1 else {}
+    rest = batch_inputs(model, args.shapes) if model != src or max(batches) > 1 else {}
     path, built = model, None
     if builds_engines(be.name):
         hi = max(batches)

@@ -25,6 +25,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
                    help="optimization profile of a dynamic input, e.g. images:1x3x320x320/1x3x640x640/1x3x1280x1280 "
                         "(NAME:DIMS for one fixed shape); repeat or comma-join for several inputs")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="engine for up to N frames a call (edgert run with several sources, bench --batch): a batch-1 "
+                        "model is made dynamic first (checked, cached), the profile runs 1..N, tuned for N; the "
+                        "engine goes where edgert run looks for it")
+    p.add_argument("--detailed-layers", action="store_true",
+                   help="keep each layer's precision and tactic in the engine (TensorRT's DETAILED profiling "
+                        "verbosity), for the layer report of bench --layers")
     p.add_argument("--workspace", type=int, metavar="MIB", help="memory pool limit for tactics, in MiB")
     p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5",
                    help="builder optimization level (TensorRT 8.6+; higher: slower build, maybe faster engine)")
@@ -63,14 +70,44 @@ def pick_build_backend(name: str) -> str:
                              "or pip install 'edgert[rtx]' for TensorRT-RTX")
 
 
+def batch_profiles(model: Path, batch: int) -> tuple[Path, list[str]]:
+    """The model to build for ``batch`` frames a call (made dynamic where fixed at 1, as ``edgert run`` does) and
+    its profile: every dynamic-batch input from 1 to ``batch``, tuned for ``batch``."""
+    from edgert.cli.bench import batch_inputs
+    from edgert.errors import ConfigError
+    from edgert.pipeline.choice import batched_model
+
+    if batch < 1 or batch > 64:
+        raise ConfigError(f"--batch: expected 1..64, got {batch}")
+    path, got, note = batched_model(str(model), batch)
+    if got != batch:
+        raise ConfigError(f"--batch {batch}: {note}")
+    rest = batch_inputs(Path(path), [])
+
+    def dims(n: int, r: tuple[int, ...]) -> str:
+        return "x".join(str(d) for d in (n, *r))
+
+    return Path(path), [f"{name}:{dims(1, r)}/{dims(batch, r)}/{dims(batch, r)}" for name, r in rest.items()]
+
+
 def run(args: argparse.Namespace) -> int:
     from edgert.builder import parse_shapes
     from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.errors import ConfigError
 
+    model, shapes = Path(args.model), list(args.shapes)
+    if args.batch is not None:
+        if shapes:
+            raise ConfigError("--batch and --shapes: give one (--batch makes the batch profile itself)")
+        if args.output:
+            raise ConfigError("--batch and -o: the engine goes beside the dynamic-batch model, where edgert run "
+                              "looks for it")
+        model, shapes = batch_profiles(model, args.batch)
     options = BuildOptions(
         backend=pick_build_backend(args.backend),
         precision=args.precision,
-        profiles=tuple(parse_shapes(args.shapes)),
+        profiles=tuple(parse_shapes(shapes)),
+        detailed_layers=args.detailed_layers,
         workspace_mib=args.workspace,
         optimization_level=args.opt_level,
         dla_core=args.dla_core,
@@ -80,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         timing_cache=not args.no_timing_cache,
         progress=args.progress,
     )
-    result = build_engine(args.model, args.output, options, force=args.force)
+    result = build_engine(model, args.output, options, force=args.force)
     if args.json:
         print(json.dumps({"status": result.status, "reason": result.reason, "engine": str(result.engine),
                           "sidecar": str(result.sidecar), "record": result.record.to_json()}, indent=2))

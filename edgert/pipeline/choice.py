@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgert.config import PipelineConfig
@@ -137,7 +138,14 @@ def open_processor(config: PipelineConfig, detector: Detector | None = None, bat
     log.info("processing on the %s (%s)", processing.upper(), why)
     if batch is None:
         batch = config.runtime.batch or (sources if processing == "gpu" else 1)
+    from edgert.backends import builds_engines
+
     model, batch, note = batched_model(config.model.path, batch)
+    if model != config.model.path and builds_engines(backend) and not Path(model).with_suffix(".engine").exists():
+        # The dynamic-batch model lives in edgert's cache, so the build command to name is the user's model's.
+        raise ConfigError(f"{config.model.path}: no {backend} engine for {batch} frames a call yet (engines are "
+                          f"never built while serving); run: edgert build {config.model.path} --backend {backend} "
+                          f"--batch {batch}")
     if model != config.model.path:
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, path=model))
     if processing == "gpu":

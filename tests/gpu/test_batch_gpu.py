@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.gpu.test_gpu_device import _REASON
+from tests.gpu.test_gpu_device import _REASON, ort_only
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""), ort_only]
 
 
 @pytest.mark.parametrize("name", ["yolov8s-fall-640.onnx", "nanodet-m-416-coco-v8layout.onnx",

@@ -14,9 +14,9 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.pipeline import Pipeline
-from tests.gpu.test_gpu_device import _REASON, NANODET
+from tests.gpu.test_gpu_device import _REASON, NANODET, ort_only
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""), ort_only]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

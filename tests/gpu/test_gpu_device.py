@@ -1,7 +1,9 @@
 """The GPU processor on a real CUDA GPU: kernels against their references, the CPU processor, the CLI.
 
-Skips with a reason where there is no GPU, no pycuda or no onnxruntime CUDA provider (CI). On the
-device (scripts/gpu_pipeline.sh) it prints the measured tensor max abs error.
+Runs on ONNX Runtime CUDA, or on TensorRT with ``EDGERT_GPU_BACKEND=tensorrt`` (the engines each test needs
+are built first by :func:`prepared`: scripts/gpu_trt85.sh tests). Skips with a reason where there is no GPU,
+no pycuda or not that backend (CI). On the device (scripts/gpu_pipeline.sh) it prints the measured tensor max
+abs error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,30 @@ from edgert.vision.detections import Detections
 cv2 = pytest.importorskip("cv2")
 
 
+#: The GPU backend of these tests: onnxruntime-cuda, or tensorrt (EDGERT_GPU_BACKEND=tensorrt on the device).
+GPU_BACKEND = os.environ.get("EDGERT_GPU_BACKEND", "onnxruntime-cuda")
+
+
+def prepared(model: Path, batch: int = 1) -> Path:
+    """``model`` ready to open on GPU_BACKEND for ``batch`` frames a call: on TensorRT the engine the pipeline
+    looks for is built (cached by its sidecar) beside the model, or beside its dynamic-batch rewrite; on ONNX
+    Runtime nothing is needed."""
+    from edgert.backends import builds_engines
+
+    if not builds_engines(GPU_BACKEND):
+        return model
+    from edgert.builder import parse_shapes
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.cli.build import batch_profiles
+    from edgert.onnx_file import read_onnx
+
+    dims = read_onnx(model, weights=False).graph.input[0].type.tensor_type.shape.dim
+    dynamic = bool(dims) and (bool(dims[0].dim_param) or dims[0].dim_value <= 0)
+    target, shapes = batch_profiles(model, batch) if dynamic or batch > 1 else (model, [])
+    build_engine(target, None, BuildOptions(backend=GPU_BACKEND, profiles=tuple(parse_shapes(shapes))))
+    return model
+
+
 def _gpu_reason() -> str | None:
     from edgert.platform import gpu_present
 
@@ -34,6 +60,11 @@ def _gpu_reason() -> str | None:
         return f"no CUDA GPU here ({why})"
     if not is_importable("pycuda.driver"):
         return "pycuda is not installed (pip install 'edgert[gpu]')"
+    if GPU_BACKEND != "onnxruntime-cuda":
+        from edgert.backends import backend_class
+
+        probe = backend_class(GPU_BACKEND)().probe()
+        return None if probe.available else f"{GPU_BACKEND}: {probe.reason}"
     if not is_importable("onnxruntime"):
         return "onnxruntime-gpu is not installed"
     import onnxruntime
@@ -45,6 +76,9 @@ def _gpu_reason() -> str | None:
 
 _REASON = _gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+#: Tests that open ONNX Runtime CUDA sessions (or the auto backend) themselves: skipped on another GPU_BACKEND.
+ort_only = pytest.mark.skipif(GPU_BACKEND != "onnxruntime-cuda",
+                              reason=f"an ONNX Runtime CUDA test (EDGERT_GPU_BACKEND={GPU_BACKEND})")
 
 NANODET = "nanodet-m-416-coco-v8layout.onnx"
 YOLOV8 = "yolov8s-fall-640.onnx"
@@ -73,8 +107,9 @@ def _frames(assets: Path, n: int = 4) -> list[np.ndarray]:
 
 
 def _processor(model: Path, **runtime: object) -> GpuProcessor:
-    config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(**runtime))  # type: ignore[arg-type]
-    return GpuProcessor(config, "onnxruntime-cuda")
+    config = PipelineConfig(model=ModelConfig(path=str(prepared(model))),
+                            runtime=RuntimeConfig(**runtime))  # type: ignore[arg-type]
+    return GpuProcessor(config, GPU_BACKEND)
 
 
 @pytest.mark.parametrize("model", [NANODET, YOLOV8])
@@ -107,7 +142,7 @@ def test_gpu_detections_equal_cpu_path(assets: Path, memory: str) -> None:
 
     model = _model(assets, NANODET)
     frames = _frames(assets, 6)
-    with Detector(model, backend="onnxruntime-cuda") as cpu, _processor(model, memory=memory, slots=2) as pipe:
+    with Detector(prepared(model), backend=GPU_BACKEND) as cpu, _processor(model, memory=memory, slots=2) as pipe:
         assert pipe.memory_mode == memory and len(pipe.slots) == 2
         for f in frames:
             _same(cpu(f), pipe.detect(f))
@@ -124,7 +159,7 @@ def test_gpu_and_cpu_processors_give_the_same_detections_in_order(assets: Path, 
     for processing in ("cpu", "gpu"):
         out = tmp_path / f"{processing}.jsonl"
         config = PipelineConfig(
-            model=ModelConfig(path=str(_model(assets, model)), backend="onnxruntime-cuda"),
+            model=ModelConfig(path=str(prepared(_model(assets, model))), backend=GPU_BACKEND),
             source=SourceConfig(uri=str(assets / "video" / "vtest.avi")),
             sinks=(f"jsonl://{out}",), runtime=RuntimeConfig(processing=processing, max_frames=120, slots=3))
         summary = Pipeline(config, handle_signals=False).run()
@@ -140,6 +175,7 @@ def test_gpu_and_cpu_processors_give_the_same_detections_in_order(assets: Path, 
             assert min(max(abs(x - y) for x, y in zip(d["box"], e["box"])) for e in db) <= 1.0
 
 
+@ort_only
 def test_overflowing_candidate_buffer_falls_back_to_host_decoding(assets: Path) -> None:
     model = _model(assets, NANODET)
     frames = _frames(assets, 2)
@@ -161,8 +197,8 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]
 def test_edgert_run_picks_gpu_processing_by_itself(assets: Path, tmp_path: Path) -> None:
     """The real CLI with a GPU backend and no processing flag: the GPU processor, per-stage GPU times."""
     out = tmp_path / "dets.jsonl"
-    proc = _cli("--backend", "onnxruntime-cuda", "--json", "--max-frames", "30",
-                "--model", str(_model(assets, NANODET)),
+    proc = _cli("--backend", GPU_BACKEND, "--json", "--max-frames", "30",
+                "--model", str(prepared(_model(assets, NANODET))),
                 "--source", str(assets / "video" / "vtest.avi"), "--sink", f"jsonl://{out}")
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-2000:]
@@ -175,6 +211,7 @@ def test_edgert_run_picks_gpu_processing_by_itself(assets: Path, tmp_path: Path)
     assert len(_jsonl(out)) == 30
 
 
+@ort_only
 def test_sigterm_during_gpu_processing_flushes_everything(assets: Path, tmp_path: Path) -> None:
     """SIGTERM: exit 0, every JSONL line whole, and the mp4 has exactly the frames the JSONL has."""
     cv2 = pytest.importorskip("cv2")
@@ -199,6 +236,7 @@ def test_sigterm_during_gpu_processing_flushes_everything(assets: Path, tmp_path
     assert summary["drops"] == {}
 
 
+@ort_only
 def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_path: Path) -> None:
     from tests.service.conftest import NotifyReceiver
 
@@ -219,6 +257,7 @@ def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_p
         receiver.close()
 
 
+@ort_only
 def test_gpu_processing_fills_a_second_input_from_the_config(tmp_path: Path) -> None:
     """The same rule as the CPU processor: a second input is refused by name, or filled with model.inputs on
     the device (compute_only copies nothing, so the constant must be uploaded once per slot)."""

@@ -38,14 +38,14 @@ def test_gpu_nms_equals_host_finishing(assets: Path, tmp_path: Path, name: str, 
     from edgert.rewrite.batch import batched_model_path
     from edgert.stats import STAGES
     from edgert.vision.gpu_decode import candidates_to_detections_batch, emulate_filter
-    from tests.gpu.test_gpu_device import _frames, _model
+    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames, _model, prepared
 
     src = _model(assets, name)
     frames = _frames(assets, 6)  # six vtest frames, bus.jpg (portrait, larger), a small image (upscaled)
     b = len(frames)
-    config = PipelineConfig(model=ModelConfig(path=str(batched_model_path(src, tmp_path))),
+    config = PipelineConfig(model=ModelConfig(path=str(prepared(batched_model_path(src, tmp_path), b))),
                             decode=DecodeConfig(**decode), runtime=RuntimeConfig(slots=1))
-    with GpuProcessor(config, "onnxruntime-cuda", batch=b) as proc:
+    with GpuProcessor(config, GPU_BACKEND, batch=b) as proc:
         assert proc.gpu_nms and proc.describe()["decode"] == "gpu-filter+gpu-nms"
         slot = proc.slots[0]
         assert isinstance(slot, GpuSlot) and slot.nms is not None and slot.filter is not None
@@ -89,12 +89,12 @@ def test_a_part_batch_gives_each_frame_its_own_detections(assets: Path, tmp_path
     from edgert.pipeline.gpu import GpuProcessor, GpuSlot
     from edgert.rewrite.batch import batched_model_path
     from edgert.stats import STAGES
-    from tests.gpu.test_gpu_device import _frames, _model
+    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames, _model, prepared
 
     frames = _frames(assets, 6)  # eight frames: the processor's batch
-    config = PipelineConfig(model=ModelConfig(path=str(batched_model_path(_model(assets, name), tmp_path))),
-                            runtime=RuntimeConfig(slots=1))
-    with GpuProcessor(config, "onnxruntime-cuda", batch=len(frames)) as proc:
+    model = prepared(batched_model_path(_model(assets, name), tmp_path), len(frames))
+    config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(slots=1))
+    with GpuProcessor(config, GPU_BACKEND, batch=len(frames)) as proc:
         slot = proc.slots[0]
         assert isinstance(slot, GpuSlot) and slot.nms is not None
         with slot.device.active():

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.gpu.test_gpu_device import _REASON
+from tests.gpu.test_gpu_device import _REASON, ort_only
 from tests.helpers import scale_model
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""), ort_only]
 
 
 def test_a_short_batch_runs_on_the_first_rows_at_the_next_size(tmp_path: Path) -> None:

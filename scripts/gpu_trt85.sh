@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# edgert on real TensorRT 8.5 (JetPack 5.1's) on the device machine; the kit is ../shared/gpu/trt85 (README.md).
+#   here:  bash scripts/gpu_trt85.sh pack     splits the kit's first part in two (each run carries <= 64 MiB beside
+#          the ~10 MiB tree), and packs the assets, OpenCV for Python 3.9 and the quantized models of .gpu/int8
+#          (edgert calibrate and ModelOpt outputs) into .gpu/ta/1..N, then prints the chain of runs.
+#   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
+#          unpack (collect the asset parts; ready once all came), smoke, tests, int8 [MODELS], pipeline.
+# Results go to $OUT (the device tool brings them back).
+set -uo pipefail
+step="${1:?usage: gpu_trt85.sh pack|unpack|smoke|tests|int8|pipeline}"
+TA=/tmp/edgert-ta
+ASSETS=/tmp/edgert-trt-assets
+export EDGERT_ASSETS=$ASSETS
+
+pack() {
+  set -e
+  local kit=.gpu/trt85
+  if [ -d $kit/p1 ]; then  # 58 MB: over the limit beside the tree; two parts
+    mkdir -p $kit/p1a $kit/p1b
+    mv $kit/p1/py39.tar.zst $kit/p1/stubs.tar $kit/p1/zstandard-*.whl $kit/p1a/ && mv $kit/p1/wheels39a.tar $kit/p1b/
+    cp $kit/p1/setup.sh $kit/p1a/ && cp $kit/p1/setup.sh $kit/p1b/ && rm -r $kit/p1
+  fi
+  mkdir -p $kit/px && cp $kit/p1a/setup.sh $kit/px/  # setup alone, for the runs after the chain
+  local src="${EDGERT_ASSETS_SRC:-../shared/assets}" stage=.gpu/ta-stage
+  rm -rf $stage .gpu/ta && mkdir -p $stage/assets/models/detection $stage/assets/video $stage/int8 .gpu/ta
+  cp "$src"/README.md $stage/assets/ && cp -r "$src"/images $stage/assets/
+  cp "$src"/models/detection/*.onnx "$src"/models/detection/coco.names $stage/assets/models/detection/
+  cp "$src"/video/vtest.avi $stage/assets/video/
+  cp .gpu/int8/*.onnx .gpu/int8/*.calib .gpu/int8/*_images.txt $stage/int8/ 2>/dev/null || true
+  cp .gpu/cv39/*.whl $stage/
+  tar cf - -C $stage . | zstd -q -3 -T2 > .gpu/ta.tar.zst
+  # MiB beside each kit part: p1a 30, p1b 17, p2 3, p3 17, p4 17, p5 27, then 55 a run
+  python3 - <<'PY'
+from pathlib import Path
+data = Path(".gpu/ta.tar.zst").read_bytes()
+sizes = [30, 17, 3, 17, 17, 27] + [55] * 20
+pos = n = 0
+while pos < len(data):
+    n += 1
+    d = Path(f".gpu/ta/{n}"); d.mkdir(parents=True)
+    (d / f"part.{n:02d}").write_bytes(data[pos:pos + (sizes[n - 1] << 20)]); pos += sizes[n - 1] << 20
+Path(".gpu/ta/1/count").write_text(str(n))
+print(f"{len(data) / 2**20:.1f} MiB in {n} parts")
+PY
+  local parts=(p1a p1b p2 p3 p4 p5) n
+  n=$(cat .gpu/ta/1/count)
+  for ((i = 1; i <= n || i <= 6; i++)); do
+    local kp=${parts[$((i - 1))]:-px} carry=".gpu/trt85/${parts[$((i - 1))]:-px}"
+    [ $i -le "$n" ] && carry="$carry\", \".gpu/ta/$i"
+    echo "run $i: carry [\"$carry\"], command: source .gpu/trt85/$kp/setup.sh; bash scripts/gpu_trt85.sh unpack"
+  done
+}
+
+unpack() {
+  mkdir -p $TA && cp -n .gpu/ta/*/* $TA/ 2>/dev/null
+  local want have
+  want=$(cat $TA/count 2>/dev/null || echo "?"); have=$(ls $TA/part.* 2>/dev/null | wc -l)
+  if [ -f $ASSETS/.done ]; then echo "assets: ready"; return 0; fi
+  if [ "$want" = "?" ] || [ "$have" -lt "$want" ]; then echo "assets: $have of $want parts"; return 3; fi
+  mkdir -p $ASSETS.stage && cat $TA/part.* | zstd -qdc | tar x -C $ASSETS.stage || return 1
+  mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8
+  $PY -c "import zipfile,glob,sys; zipfile.ZipFile(glob.glob('$ASSETS.stage/*.whl')[0]).extractall(sys.argv[1])" \
+    /tmp/trt85/site && touch $ASSETS/.done && echo "assets: ready" || return 1
+}
+
+ready() { unpack >/dev/null || { echo "not ready: $(unpack)"; exit 3; }; }
+
+smoke() {
+  ready
+  local m=$ASSETS/models/detection/nanodet-m-416-coco-v8layout.onnx e=/tmp/edgert-smoke
+  mkdir -p $e && cp $m $e/nanodet.onnx
+  ( set -x
+    $PY -m edgert info
+    time $PY -m edgert build $e/nanodet.onnx --backend tensorrt --precision fp32 --json
+    time $PY -m edgert build $e/nanodet.onnx --backend tensorrt --precision fp32
+    time $PY -m edgert build $e/nanodet.onnx --backend tensorrt --precision fp16 -o $e/nanodet16.engine
+    cp /tmp/edgert-int8/nanodet-edgert.onnx $e/ && time $PY -m edgert build $e/nanodet-edgert.onnx --backend tensorrt --precision int8
+    time $PY -m edgert build $e/nanodet.onnx --backend tensorrt --precision int8 --calib-cache /tmp/edgert-int8/nanodet-edgert.calib -o $e/nanodet-implicit.engine
+    $PY -m edgert bench $e/nanodet.engine --backend tensorrt --iterations 100
+    $PY -m edgert bench $e/nanodet-implicit.engine --backend tensorrt --iterations 100
+    $PY -m edgert bench $e/nanodet-edgert.engine --backend tensorrt --iterations 100
+    $PY -m edgert run --backend tensorrt --model $e/nanodet-edgert.onnx --source $ASSETS/video/vtest.avi --max-frames 100 --json
+  ) > $OUT/smoke.log 2>&1
+  echo "smoke rc $?"; tail -c 6000 $OUT/smoke.log
+}
+
+tests() {
+  ready
+  EDGERT_GPU_BACKEND=tensorrt timeout 560 $PY -m pytest -q -rs ${TESTS:-tests/gpu} 2>&1 | tee $OUT/tests-gpu-trt85.log | tail -60
+}
+
+int8() {
+  ready
+  local models="${2:-nanodet,yolov3tiny,yolov8s}"
+  cp docs/results/trt85-int8-h100.json /tmp/edgert-int8.json 2>/dev/null || true
+  (cd scripts && timeout 580 $PY bench_trt_int8.py --int8 /tmp/edgert-int8 --heldout /tmp/edgert-int8/heldout_images.txt \
+    --models "$models" --out /tmp/edgert-int8.json ${PHASE:+--phase $PHASE}) 2>&1 | tee -a $OUT/int8.log | tail -40
+  cp /tmp/edgert-int8.json $OUT/trt85-int8.json
+}
+
+pipeline() {
+  ready
+  local m=$ASSETS/models/detection/${2:-nanodet-m-416-coco-v8layout.onnx} v=$ASSETS/video/vtest.avi
+  local src=() i
+  for i in $(seq 16); do src+=(--source "$v"); done
+  local name; name=$(basename "$m" .onnx)
+  $PY -m edgert build "$m" --backend tensorrt --precision fp16 --batch 16 --json > $OUT/build16-$name.json || return 1
+  local engine; engine=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['engine'])" $OUT/build16-$name.json)
+  $PY -m edgert bench "$engine" --backend tensorrt --json > $OUT/compute16-$name.json
+  $PY -m edgert run --backend tensorrt --model "$m" "${src[@]}" --json > $OUT/run16-$name.json 2> $OUT/run16-$name.err
+  tail -3 $OUT/run16-$name.err; $PY - "$name" <<'PY'
+import json, os, sys
+out, name = os.environ["OUT"], sys.argv[1]
+b = json.load(open(f"{out}/compute16-{name}.json"))
+b = b[0] if isinstance(b, list) else b
+compute = 16 * b["gpu"]["compute_only_fps"]
+r = json.load(open(f"{out}/run16-{name}.json"))
+print(f"{name}: compute-only batch 16 {compute:.0f} frames/s (with copies {16 * b['throughput_fps']:.0f}); "
+      f"16 file streams through edgert run {r['fps']:.0f} frames/s = {r['fps'] / compute:.2f}x")
+PY
+}
+
+case "$step" in
+  pack) pack ;;
+  unpack) unpack ;;
+  smoke) smoke ;;
+  tests) tests ;;
+  int8) int8 "$@" ;;
+  pipeline) pipeline "$@" ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac

@@ -1,0 +1,148 @@
+"""edgert on a real TensorRT (8.5 on the device machine: scripts/gpu_trt85.sh tests): builds at each precision,
+the engine cache and its sidecar, a foreign engine refused, the layer report, part batches through an
+optimization profile, and detections that agree with ONNX Runtime's. Skips where TensorRT or a GPU is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.gpu.test_gpu_device import NANODET, _frames, _model
+from tests.helpers import assert_one_line_error, run_cli
+
+
+def _trt_reason() -> str | None:
+    from edgert.backends import backend_class
+
+    probe = backend_class("tensorrt")().probe()
+    return None if probe.available else probe.reason
+
+
+_REASON = _trt_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+
+
+@pytest.fixture(scope="module")
+def nanodet(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of NanoDet (engines are written beside it) with its FP32 engine built."""
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+
+    model = tmp_path_factory.mktemp("trt") / "nanodet.onnx"
+    shutil.copy(_model(assets, NANODET), model)
+    build_engine(model, None, BuildOptions(backend="tensorrt", detailed_layers=True))
+    return model
+
+
+def test_fp32_engine_detects_what_onnxruntime_detects(assets: Path, nanodet: Path) -> None:
+    """FP32 within TensorRT's float noise (TF32 on Ampere and newer): the same boxes as ONNX Runtime's CPU run."""
+    from edgert.calib.comparison import compare_detectors
+
+    frames = [(f"f{k}", f) for k, f in enumerate(_frames(assets, 4))]
+    r = compare_detectors(nanodet, nanodet, frames, backend="onnxruntime", candidate_backend="tensorrt")
+    print(f"TensorRT FP32 vs ONNX Runtime: mAP@0.5:0.95 {r['map']['map50_95']}, outputs {r['outputs']}")
+    assert r["map"]["ground_truth"] > 10
+    assert r["map_strict"]["map50_95"] >= 0.97
+    assert all(o["relative_l2"] < 1e-2 for o in r["outputs"])
+
+
+def test_fp16_engine_agrees_with_fp32(assets: Path, nanodet: Path, tmp_path: Path) -> None:
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.calib.comparison import compare_detectors
+
+    fp16 = tmp_path / "nanodet16.onnx"
+    shutil.copy(nanodet, fp16)
+    res = build_engine(fp16, None, BuildOptions(backend="tensorrt", precision="fp16"))
+    assert res.status == "built" and res.record.precision == "fp16"
+    frames = [(f"f{k}", f) for k, f in enumerate(_frames(assets, 4))]
+    r = compare_detectors(nanodet, fp16, frames, backend="tensorrt")
+    print(f"FP16 vs FP32 engine: mAP@0.5:0.95 {r['map']['map50_95']}")
+    assert r["map"]["map50_95"] >= 0.9
+
+
+def test_cache_reuses_then_rebuilds_on_a_changed_model(nanodet: Path, tmp_path: Path) -> None:
+    import onnx
+
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+
+    model = tmp_path / "m.onnx"
+    shutil.copy(nanodet, model)
+    first = build_engine(model, None, BuildOptions(backend="tensorrt"))
+    again = build_engine(model, None, BuildOptions(backend="tensorrt"))
+    assert (first.status, again.status) == ("built", "reused")
+    assert first.record.trt_version.startswith(("8.", "9.", "10.", "11."))
+    assert first.record.builder_flags.get("library_tactics") is (not first.record.trt_version.startswith(("8.", "9.")))
+    proto = onnx.load(str(model))
+    proto.doc_string = "retrained"
+    onnx.save(proto, str(model))
+    changed = build_engine(model, None, BuildOptions(backend="tensorrt"))
+    assert changed.status == "rebuilt" and "onnx" in changed.reason.lower()
+
+
+def test_a_foreign_engine_is_refused_in_one_line(nanodet: Path, tmp_path: Path) -> None:
+    engine = tmp_path / "foreign.engine"
+    shutil.copy(nanodet.with_suffix(".engine"), engine)
+    record = json.loads(nanodet.with_suffix(".engine.json").read_text())
+    record["trt_version"] = "7.1.3"
+    engine.with_name(engine.name + ".json").write_text(json.dumps(record))
+    result = run_cli("bench", str(engine), "--backend", "tensorrt", "--iterations", "5")
+    assert_one_line_error(result, "7.1.3", "edgert build")
+
+
+def test_layer_report_of_a_detailed_engine(nanodet: Path) -> None:
+    from edgert.backends import open_session
+    from edgert.engine.layers import summarize_layers
+
+    with open_session(nanodet.with_suffix(".engine"), "tensorrt") as session:
+        summary = summarize_layers(session.layer_information())
+    print(f"layer report: {summary.to_json()}")
+    assert summary.detailed and summary.layers > 20
+    assert summary.by_precision.get("fp32", 0) > 10 and summary.by_precision.get("int8", 0) == 0
+
+
+def test_part_batches_run_through_the_optimization_profile(assets: Path, nanodet: Path, tmp_path: Path) -> None:
+    """An engine built with --batch 4 (profile 1..4): the GPU processor runs 1, 2 and 4 on one context per slot,
+    and a part batch gives each frame the detections the full batch gives it."""
+    from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
+    from edgert.pipeline.choice import open_processor
+    from edgert.pipeline.gpu import GpuProcessor, GpuSlot
+    from edgert.stats import STAGES
+
+    result = run_cli("build", str(nanodet), "--backend", "tensorrt", "--batch", "4", timeout=900)
+    assert result.returncode == 0, result.stderr
+    config = PipelineConfig(model=ModelConfig(path=str(nanodet), backend="tensorrt"),
+                            runtime=RuntimeConfig(processing="gpu", slots=1, batch=4))
+    frames = _frames(assets, 2)
+    with open_processor(config, batch=4) as proc:
+        assert isinstance(proc, GpuProcessor) and list(proc.batch_sizes) == [1, 2, 4], proc.batch_sizes_rule
+        slot = proc.slots[0]
+        assert isinstance(slot, GpuSlot)
+        with slot.device.active():
+            full = slot.process(frames, [np.zeros(len(STAGES)) for _ in frames])
+            parts = [d for a, b in ((0, 1), (1, 4)) for d in
+                     slot.process(frames[a:b], [np.zeros(len(STAGES)) for _ in frames[a:b]])]
+    assert sum(len(d) for d in full) > 0
+    for g, w in zip(parts, full):
+        assert np.array_equal(g.class_id, w.class_id)
+        assert np.allclose(g.xyxy, w.xyxy, atol=0.5)
+
+
+def test_a_batched_run_without_its_engine_names_the_build_command(nanodet: Path, assets: Path) -> None:
+    video = str(assets / "video" / "vtest.avi")
+    model = nanodet.with_name("unbuilt.onnx")
+    shutil.copy(nanodet, model)
+    result = run_cli("run", "--backend", "tensorrt", "--model", str(model), "--source", video, "--source", video,
+                     "--max-frames", "4")
+    assert_one_line_error(result, f"edgert build {model} --backend tensorrt --batch 2")
+
+
+def test_edgert_run_on_tensorrt(assets: Path, nanodet: Path) -> None:
+    result = run_cli("run", "--backend", "tensorrt", "--model", str(nanodet), "--source",
+                     str(assets / "video" / "vtest.avi"), "--max-frames", "40", "--json", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["processing"] == "gpu" and summary["frames"] == 40
