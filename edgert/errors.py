@@ -53,6 +53,11 @@ class BackendError(EdgertError):
     """The backend failed while loading or running a model."""
 
 
+class NoMoreContexts(BackendError):
+    """A session cannot be forked again: its engine allows no further execution context (TensorRT 8.x gives each
+    context of a dynamic-shape engine an optimization profile of its own). The GPU processor then runs fewer slots."""
+
+
 class InputError(EdgertError):
     """Data handed to a session or stage does not match what it expects (name, shape, dtype)."""
 

@@ -11,6 +11,7 @@ step="${1:?usage: gpu_trt85.sh pack|unpack|smoke|tests|int8|pipeline}"
 TA=/tmp/edgert-ta
 ASSETS=/tmp/edgert-trt-assets
 export EDGERT_ASSETS=$ASSETS
+PY=${PY:-/tmp/trt85/py39/usr/bin/python3.9}  # setup.sh sets it in the caller's shell, not for this script
 
 pack() {
   set -e
@@ -26,7 +27,8 @@ pack() {
   cp "$src"/README.md $stage/assets/ && cp -r "$src"/images $stage/assets/
   cp "$src"/models/detection/*.onnx "$src"/models/detection/coco.names $stage/assets/models/detection/
   cp "$src"/video/vtest.avi $stage/assets/video/
-  cp .gpu/int8/*.onnx .gpu/int8/*.calib .gpu/int8/*_images.txt $stage/int8/ 2>/dev/null || true
+  cp .gpu/int8/*-edgert.onnx .gpu/int8/*-edgert-full.onnx .gpu/int8/*-modelopt.onnx .gpu/int8/*.calib \
+     .gpu/int8/*_images.txt $stage/int8/ 2>/dev/null || true
   cp .gpu/cv39/*.whl $stage/
   tar cf - -C $stage . | zstd -q -3 -T2 > .gpu/ta.tar.zst
   # MiB beside each kit part: p1a 30, p1b 17, p2 3, p3 17, p4 17, p5 27, then 55 a run
@@ -51,14 +53,21 @@ PY
   done
 }
 
+dec() {  # the image may lack the zstd tool: the kit's zstandard for its Python 3.12 then (setup.sh unpacked it)
+  if command -v zstd >/dev/null; then zstd -qdc; else env -u PYTHONHOME PYTHONPATH=/tmp/trt85/zs python3 -c \
+    "import sys,zstandard; zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(sys.stdin.buffer, sys.stdout.buffer)"; fi
+}
+
 unpack() {
   mkdir -p $TA && cp -n .gpu/ta/*/* $TA/ 2>/dev/null
   local want have
   want=$(cat $TA/count 2>/dev/null || echo "?"); have=$(ls $TA/part.* 2>/dev/null | wc -l)
   if [ -f $ASSETS/.done ]; then echo "assets: ready"; return 0; fi
   if [ "$want" = "?" ] || [ "$have" -lt "$want" ]; then echo "assets: $have of $want parts"; return 3; fi
-  mkdir -p $ASSETS.stage && cat $TA/part.* | zstd -qdc | tar x -C $ASSETS.stage || return 1
-  mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8
+  if [ ! -d $ASSETS ]; then
+    mkdir -p $ASSETS.stage && cat $TA/part.* | dec | tar x -C $ASSETS.stage || return 1
+    mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8
+  fi
   $PY -c "import zipfile,glob,sys; zipfile.ZipFile(glob.glob('$ASSETS.stage/*.whl')[0]).extractall(sys.argv[1])" \
     /tmp/trt85/site && touch $ASSETS/.done && echo "assets: ready" || return 1
 }
@@ -120,8 +129,16 @@ print(f"{name}: compute-only batch 16 {compute:.0f} frames/s (with copies {16 * 
 PY
 }
 
+# Quantized models made after the chain started: `pack-int8` here, then a run carrying .gpu/tb runs `int8-extra`.
+pack_int8() {
+  rm -rf .gpu/tb && mkdir -p .gpu/tb && (cd .gpu/int8 && tar cf ../tb/int8.tar *-edgert.onnx *-edgert-full.onnx \
+    *-modelopt.onnx *.calib *_images.txt 2>/dev/null); du -sh .gpu/tb/int8.tar
+}
+
 case "$step" in
   pack) pack ;;
+  pack-int8) pack_int8 ;;
+  int8-extra) mkdir -p /tmp/edgert-int8 && tar xf .gpu/tb/int8.tar -C /tmp/edgert-int8 && ls -la /tmp/edgert-int8 ;;
   unpack) unpack ;;
   smoke) smoke ;;
   tests) tests ;;

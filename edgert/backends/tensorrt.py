@@ -31,7 +31,7 @@ from edgert.engine.file import file_sha256, read_engine_file
 from edgert.engine.identity import GpuIdentity
 from edgert.engine.sidecar import check_loadable, read_sidecar
 from edgert.engine.trt_logger import make_logger
-from edgert.errors import BackendError, BackendUnavailable, EngineCacheError, ModelError
+from edgert.errors import BackendError, BackendUnavailable, EngineCacheError, ModelError, NoMoreContexts
 from edgert.platform import gpu_present
 from edgert.types import TensorSpec
 
@@ -96,7 +96,7 @@ class _Engine:
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             shape = _dims(engine.get_tensor_shape(name))
             try:
-                dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+                dtype = _np_dtype(engine.get_tensor_dtype(name))
             except TypeError as exc:
                 raise ModelError(f"{self.path}: tensor {name} has type {engine.get_tensor_dtype(name)}, "
                                  "which numpy cannot hold") from exc
@@ -122,6 +122,7 @@ class TensorRTSession(GpuSession):
                 raise BackendError(f"{shared.path}: cannot create an execution context "
                                    f"({shared.logger.last_error() or 'out of GPU memory?'})")
             self.context: tensorrt.IExecutionContext = ctx
+            self._profile = self._choose_profile(specs_in)
             shapes: dict[str, tuple[int, ...]] = {}
             for spec in specs_in:
                 shape = self._input_shape(spec, options)
@@ -143,13 +144,32 @@ class TensorRTSession(GpuSession):
         with shared.lock:
             shared.users += 1
 
+    def _choose_profile(self, specs_in: list[TensorSpec]) -> int:
+        """The optimization profile this context runs with. The first context of an engine holds profile 0; on
+        TensorRT 8.x a further context of a dynamic-shape engine starts with none and may take only a profile no
+        other context holds (measured on 8.5.3: "Profile 0 has been chosen by another IExecutionContext"), so
+        engines for several GPU slots are built with a profile per context (``edgert build --contexts``)."""
+        active = int(self.context.active_optimization_profile)
+        if active >= 0 or not any(spec.is_dynamic for spec in specs_in):
+            return max(active, 0)
+        engine, logger = self._shared.engine, self._shared.logger
+        with logger.capturing():
+            for k in range(engine.num_optimization_profiles):
+                if self.context.set_optimization_profile_async(k, self.stream.handle):
+                    self.stream.synchronize()
+                    return k
+        del self.context
+        raise NoMoreContexts(f"{self._shared.path}: all {engine.num_optimization_profiles} optimization profile(s) of "
+                             "this engine are held by other execution contexts (one per context on TensorRT 8.x); "
+                             "rebuild with edgert build --contexts N for N GPU slots")
+
     def _input_shape(self, spec: TensorSpec, options: SessionOptions) -> tuple[int, ...]:
         if spec.name in options.shapes:
             return spec.concrete(dict(options.shapes))
         if not spec.is_dynamic:
             return spec.concrete()
         # A dynamic input without a requested shape runs at the profile's OPT shape, what it was tuned for.
-        _lo, opt, _hi = self._shared.engine.get_tensor_profile_shape(spec.name, 0)
+        _lo, opt, _hi = self._shared.engine.get_tensor_profile_shape(spec.name, self._profile)
         return _dims(opt)
 
     def smallest_batch(self) -> tuple[int | None, str]:
@@ -161,7 +181,7 @@ class TensorRTSession(GpuSession):
         for spec in self.input_specs:
             if not spec.shape or (isinstance(spec.shape[0], int) and spec.shape[0] >= 0):
                 return None, f"the engine's input {spec.name} has a fixed batch"
-            lo, _opt, _hi = engine.get_tensor_profile_shape(spec.name, 0)
+            lo, _opt, _hi = engine.get_tensor_profile_shape(spec.name, self._profile)
             smallest = max(smallest, int(lo[0]))
         full = self.full_batch() or smallest
         if smallest >= full:
@@ -196,6 +216,19 @@ class TensorRTSession(GpuSession):
         del self.context
         with self._shared.lock:
             self._shared.users -= 1
+
+
+#: TensorRT data types by name -> numpy. Not ``trt.nptype``: TensorRT 8.5's maps BOOL to ``np.bool``, which numpy
+#: 1.24 removed, so it raises for every type on a current numpy.
+_NP_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT8": "int8", "INT32": "int32", "INT64": "int64",
+              "BOOL": "bool", "UINT8": "uint8", "FP8": "uint8"}
+
+
+def _np_dtype(dtype: Any) -> np.dtype:
+    name = str(dtype).rsplit(".", 1)[-1]
+    if name not in _NP_DTYPES:
+        raise TypeError(f"no numpy type for TensorRT's {name}")
+    return np.dtype(_NP_DTYPES[name])
 
 
 def _dims(dims: tensorrt.Dims | Any) -> tuple[int, ...]:

@@ -30,7 +30,8 @@ from edgert.errors import BuildError, ConfigError
 if TYPE_CHECKING:
     import tensorrt
 
-__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "build_engine", "fp16_route", "parser_error_line"]
+__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "ParserFailed", "build_engine", "fp16_route",
+           "parser_error_line"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class BuildOptions:
     cache_dir: Path | None = None
     progress: bool | None = None  # None: when stderr is a terminal
     detailed_layers: bool = False  # keep each layer's precision and tactic in the engine (the layer report)
+    contexts: int = 1  # copies of the profiles: TensorRT 8.x gives each execution context (GPU slot) its own
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -62,6 +64,8 @@ class BuildOptions:
             raise ConfigError("optimization level must be 0..5")
         if self.dla_core is not None and self.dla_core < 0:
             raise ConfigError("DLA core must be 0 or more")
+        if not 1 <= self.contexts <= 16:
+            raise ConfigError(f"contexts: expected 1..16, got {self.contexts}")
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,7 @@ def _configure(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.IBui
             config.builder_optimization_level = options.optimization_level
         else:
             log.warning("TensorRT %s has no builder optimization level (8.6+); ignored", trt.__version__)
-    if profiles:
+    for _ in range(options.contexts if profiles else 0):
         profile: tensorrt.IOptimizationProfile = builder.create_optimization_profile()
         for p in profiles:
             profile.set_shape(p.name, trt.Dims(list(p.min)), trt.Dims(list(p.opt)), trt.Dims(list(p.max)))
@@ -257,7 +261,7 @@ def _build_plan(trt: ModuleType, info: OnnxInfo, options: BuildOptions, profiles
         parser: tensorrt.OnnxParser = trt.OnnxParser(network, logger)
         # parse_from_file, not parse(bytes): it finds external weight files beside the model.
         if not parser.parse_from_file(str(info.path)):
-            raise BuildError(parser_error_line(parser, info, logged))
+            raise ParserFailed(parser_error_line(parser, info, logged))
         config: tensorrt.IBuilderConfig = builder.create_builder_config()
         _set_precision(trt, builder, config, info, options, strong)
         _configure(trt, builder, config, options, profiles)
@@ -282,6 +286,42 @@ def _build_plan(trt: ModuleType, info: OnnxInfo, options: BuildOptions, profiles
         if timing is not None:
             timing.save(config)
     return bytes(memoryview(plan))
+
+
+class ParserFailed(BuildError):
+    """TensorRT's ONNX parser refused the model (the builder never ran)."""
+
+
+def _folded_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo | None:
+    """The model with its constant subgraphs folded by ONNX Runtime's basic graph optimizations (what Polygraphy's
+    ``surgeon sanitize --fold-constants`` does), for a parser that refuses a shape computed at run time from
+    constants: NanoDet's TensorFlow-converted graph builds a Reshape's shape with ScatterND, which TensorRT 8.5's
+    parser rejects ("an IScatterLayer cannot be used to compute a shape tensor"). Basic level keeps standard ONNX
+    ops and Q/DQ pairs. None where ONNX Runtime is not installed. Cached beside the engines, by the model's sha256."""
+    from edgert._lazy import is_importable
+
+    if not is_importable("onnxruntime"):
+        return None
+    import onnx
+    import onnxruntime as ort
+
+    folder = (options.cache_dir or default_cache_dir()) / "folded"
+    out = folder / f"{info.path.stem}.{info.sha256[:16]}.ort{ort.__version__}.onnx"
+    if not out.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(tmp)
+        ort.InferenceSession(str(info.path), so, providers=["CPUExecutionProvider"])
+        model = onnx.load(str(tmp))
+        used = {n.domain for n in model.graph.node}  # ORT lists every domain it knows; the parser reads them
+        keep = [o for o in model.opset_import if o.domain in used or o.domain in ("", "ai.onnx")]
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+        onnx.save(model, str(tmp))
+        tmp.replace(out)
+    return inspect_onnx(out)
 
 
 def fp16_route(options: BuildOptions, strong: bool) -> str | None:
@@ -323,6 +363,7 @@ def _builder_flags(options: BuildOptions, strong: bool, info: OnnxInfo, trt: Mod
     return {
         "library_tactics": not (options.backend == "tensorrt" and without_library_tactics(trt)),
         "detailed_layers": options.detailed_layers,
+        "contexts": options.contexts,
         "fp16_route": fp16_route(options, strong),
         "workspace_mib": options.workspace_mib,
         "optimization_level": options.optimization_level,
@@ -382,7 +423,22 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     log.info("building %s with %s %s (%s)", info.path.name, options.backend, target.trt_version, options.precision)
     t0 = time.perf_counter()
     parsed = _fp16_onnx(info, options) if convert else info
-    plan = _build_plan(trt, parsed, options, profiles, target, strong)
+    try:
+        plan = _build_plan(trt, parsed, options, profiles, target, strong)
+    except ParserFailed as exc:
+        try:
+            folded = _folded_onnx(parsed, options)
+        except Exception as fold_error:  # ONNX Runtime cannot load it either: the parser's line is the answer
+            log.info("constant folding failed: %s", fold_error)
+            folded = None
+        if folded is None:
+            raise
+        log.warning("%s; retrying with its constants folded (%s)", exc, folded.path)
+        try:
+            plan = _build_plan(trt, folded, options, profiles, target, strong)
+        except ParserFailed:
+            raise exc from None
+        parsed = folded
     seconds = time.perf_counter() - t0
     write_atomic(engine, plan)
     from edgert._version import __version__

@@ -29,6 +29,10 @@ def register(subparsers: Any) -> None:
                    help="engine for up to N frames a call (edgert run with several sources, bench --batch): a batch-1 "
                         "model is made dynamic first (checked, cached), the profile runs 1..N, tuned for N; the "
                         "engine goes where edgert run looks for it")
+    p.add_argument("--contexts", type=int, metavar="N",
+                   help="execution contexts that may run a dynamic-shape engine at once (GPU slots): TensorRT 8.x "
+                        "gives each its own optimization profile, so the profile is built N times (default 4 with "
+                        "--batch, the GPU processor's most slots; else 1)")
     p.add_argument("--detailed-layers", action="store_true",
                    help="keep each layer's precision and tactic in the engine (TensorRT's DETAILED profiling "
                         "verbosity), for the layer report of bench --layers")
@@ -70,6 +74,13 @@ def pick_build_backend(name: str) -> str:
                              "or pip install 'edgert[rtx]' for TensorRT-RTX")
 
 
+def max_gpu_slots() -> int:
+    """The GPU processor's most slots by default: an engine for several sources gets a profile for each."""
+    from edgert.pipeline.processor import MANY_SOURCES_BATCH, default_slots
+
+    return default_slots("gpu", MANY_SOURCES_BATCH)
+
+
 def batch_profiles(model: Path, batch: int) -> tuple[Path, list[str]]:
     """The model to build for ``batch`` frames a call (made dynamic where fixed at 1, as ``edgert run`` does) and
     its profile: every dynamic-batch input from 1 to ``batch``, tuned for ``batch``."""
@@ -108,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         profiles=tuple(parse_shapes(shapes)),
         detailed_layers=args.detailed_layers,
+        contexts=args.contexts or (max_gpu_slots() if args.batch is not None else 1),
         workspace_mib=args.workspace,
         optimization_level=args.opt_level,
         dla_core=args.dla_core,

@@ -27,6 +27,20 @@ def _precision(fmt: str) -> str:
     return "other"
 
 
+#: Kernel-name tokens of TensorRT's convolution and matrix tactics (``sm80_xmma_fprop_implicit_gemm_f16f16_...``,
+#: ``..._i8i8_i8i32_f32_...``, ``..._tf32f32_...``): what a layer computes in when the formats are not in the report.
+_TACTIC_TOKENS = (("i8i8", "int8"), ("int8", "int8"), ("f16f16", "fp16"), ("h884", "fp16"), ("h1688", "fp16"),
+                  ("hmma", "fp16"), ("tf32", "fp32"), ("f32f32", "fp32"), ("scudnn", "fp32"), ("sgemm", "fp32"))
+
+
+def _tactic_precision(tactic: str) -> str:
+    text = tactic.lower()
+    for token, name in _TACTIC_TOKENS:
+        if token in text:
+            return name
+    return "other"
+
+
 @dataclass(frozen=True)
 class LayerSummary:
     layers: int
@@ -56,7 +70,11 @@ def summarize_layers(info: str | dict[str, Any]) -> LayerSummary:
             continue
         outputs = layer.get("Outputs") or []
         precision = _precision(str(outputs[0].get("Format/Datatype", ""))) if outputs else "other"
+        if precision == "other":
+            # TensorRT 8.5 reports "N/A due to dynamic shapes" as the format of every tensor of an engine with
+            # a dynamic profile; the tactic name still says what the heavy layers (convolutions) compute in.
+            precision = _tactic_precision(str(layer.get("TacticName", "")))
         counts[precision] += 1
-        if precision in ("fp16", "fp32"):
+        if precision in ("fp16", "fp32") and not kind.startswith(("Constant", "NoOp")):
             floats.append(str(layer.get("Name", "")))
     return LayerSummary(len(layers), reformats, dict(counts), floats)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgert.config import PipelineConfig
-from edgert.errors import BackendError, ConfigError
+from edgert.errors import BackendError, ConfigError, NoMoreContexts
 from edgert.pipeline.gpu_memory import ALIGN, MEMORY_MODES, Staging, choose_memory_mode
 from edgert.pipeline.processor import Processor, ProcessorSlot, default_slots, keep_trial_slot, slots_wanted
 from edgert.stats import STAGES, LatencyRing, merged_quantiles_ms
@@ -390,7 +390,12 @@ class GpuProcessor(Processor):
             self.slots.append(GpuSlot(self, first))
             opened.clear()  # the slot owns it now
             for _ in range(wanted - 1):
-                fork = first.fork()
+                try:
+                    fork = first.fork()
+                except NoMoreContexts as exc:  # the engine allows fewer contexts than slots wanted
+                    log.warning("GPU processing: %d slot(s), not %d: %s", len(self.slots), wanted, exc)
+                    self.slots_rule = f"{len(self.slots)} (the engine's contexts; {wanted} wanted)"
+                    break
                 opened.append(fork)
                 assert isinstance(fork, GpuSession)  # a GPU session's fork is one (each backend's own class)
                 self._fill_other_inputs(fork)

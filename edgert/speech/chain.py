@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -38,7 +38,7 @@ __all__ = ["SpeechChain", "StageStats", "iter_events"]
 log = logging.getLogger(__name__)
 
 PREROLL_S = 1.0  # the embedding window is 0.76 s; 1 s also covers the VAD trigger delay
-Event = SpeechSegment | WakeEvent | Transcript
+Event = Union[SpeechSegment, WakeEvent, Transcript]
 
 
 @dataclass

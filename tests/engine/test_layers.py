@@ -38,3 +38,22 @@ def test_counts_layers_by_precision_and_reformats() -> None:
 def test_an_engine_without_detailed_verbosity_says_so() -> None:
     s = summarize_layers({"Layers": ["conv1", "conv2"], "Bindings": ["images"]})
     assert not s.detailed and s.layers == 2 and s.by_precision == {}
+
+
+def test_dynamic_profile_engines_of_tensorrt_85_read_precision_from_the_tactic() -> None:
+    """Two layers as TensorRT 8.5.3 reported them for yolov3-tiny FP16 (profile 1..32) on an H100: every format
+    is "N/A due to dynamic shapes", so the tactic names say FP16."""
+    na = [{"Name": "t", "Location": "Device", "Dimensions": [], "Format/Datatype": "N/A due to dynamic shapes"}]
+    info = {"Layers": [
+        {"Name": "/mods.2/conv/Conv + PWN(/mods.2/act/LeakyRelu)", "LayerType": "CaskConvolution", "Inputs": na,
+         "Outputs": na, "TacticName": "sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tile256"},
+        {"Name": "/MaxPool", "LayerType": "CaskPooling", "Inputs": na, "Outputs": na,
+         "TacticName": "sm50_xmma_pooling_coalescedC_NHWC_kMAX_3_False"},
+        {"Name": "Reformatting CopyNode for Input Tensor 0 to /Pad", "LayerType": "Reformat", "Inputs": na,
+         "Outputs": na},
+        {"Name": "q", "LayerType": "CaskConvolution", "Inputs": na, "Outputs": na,
+         "TacticName": "sm80_xmma_fprop_implicit_gemm_interleaved_i8i8_i8i32_f32_nchw_vect_c_32kcrs_vect_c_32"},
+    ]}
+    s = summarize_layers(info)
+    assert s.reformats == 1 and s.by_precision == {"fp16": 1, "other": 1, "int8": 1}
+    assert s.float_layers == ["/mods.2/conv/Conv + PWN(/mods.2/act/LeakyRelu)"]

@@ -42,13 +42,14 @@ def prepared(model: Path, batch: int = 1) -> Path:
         return model
     from edgert.builder import parse_shapes
     from edgert.builder.engine_builder import BuildOptions, build_engine
-    from edgert.cli.build import batch_profiles
+    from edgert.cli.build import batch_profiles, max_gpu_slots
     from edgert.onnx_file import read_onnx
 
     dims = read_onnx(model, weights=False).graph.input[0].type.tensor_type.shape.dim
     dynamic = bool(dims) and (bool(dims[0].dim_param) or dims[0].dim_value <= 0)
     target, shapes = batch_profiles(model, batch) if dynamic or batch > 1 else (model, [])
-    build_engine(target, None, BuildOptions(backend=GPU_BACKEND, profiles=tuple(parse_shapes(shapes))))
+    build_engine(target, None, BuildOptions(backend=GPU_BACKEND, profiles=tuple(parse_shapes(shapes)),
+                                            contexts=max_gpu_slots() if shapes else 1))
     return model
 
 

@@ -1,6 +1,8 @@
 """edgert on a real TensorRT (8.5 on the device machine: scripts/gpu_trt85.sh tests): builds at each precision,
 the engine cache and its sidecar, a foreign engine refused, the layer report, part batches through an
-optimization profile, and detections that agree with ONNX Runtime's. Skips where TensorRT or a GPU is missing.
+optimization profile per context, and detections that agree with ONNX Runtime's. NanoDet goes through the
+constant-folding retry (TensorRT 8.5's parser refuses its shape computation). Skips where TensorRT or a GPU is
+missing.
 """
 
 from __future__ import annotations
@@ -138,6 +140,28 @@ def test_a_batched_run_without_its_engine_names_the_build_command(nanodet: Path,
     result = run_cli("run", "--backend", "tensorrt", "--model", str(model), "--source", video, "--source", video,
                      "--max-frames", "4")
     assert_one_line_error(result, f"edgert build {model} --backend tensorrt --batch 2")
+
+
+def test_a_second_context_of_a_one_profile_engine_is_refused_and_the_processor_runs_fewer_slots(
+        assets: Path, nanodet: Path, tmp_path: Path) -> None:
+    from edgert.backends import SessionOptions, open_session
+    from edgert.builder import parse_shapes
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.cli.build import batch_profiles
+    from edgert.errors import NoMoreContexts
+
+    model = tmp_path / "one.onnx"
+    shutil.copy(nanodet, model)
+    target, shapes = batch_profiles(model, 2)
+    res = build_engine(target, None, BuildOptions(backend="tensorrt", profiles=tuple(parse_shapes(shapes))))
+    import tensorrt
+
+    with open_session(res.engine, "tensorrt", SessionOptions(shapes={"images": (1, 3, 416, 416)})) as first:
+        if int(tensorrt.__version__.split(".")[0]) < 10:  # 8.x: a profile per context (seen on 8.5.3)
+            with pytest.raises(NoMoreContexts, match="edgert build --contexts"):
+                first.fork()
+        else:
+            first.fork().close()
 
 
 def test_edgert_run_on_tensorrt(assets: Path, nanodet: Path) -> None:
