@@ -7,8 +7,8 @@ the same syntax where it *is* evaluated: module-level type aliases, ``cast(list[
 
 - a subscripted builtin (``list[int]``, ``tuple[...]``, ``dict``, ``set``, ``frozenset``, ``type``) or
   ``collections.abc`` name (``Callable[...]``, ``Sequence[...]``): needs 3.9;
-- ``X | Y`` where one side is ``None``, a builtin type, a typing/collections.abc name or a subscripted
-  generic: needs 3.10.
+- ``X | Y`` where one side is ``None``, a builtin type, a typing/collections.abc name, a CapWords (class)
+  name or a subscripted generic: needs 3.10.
 
 Usage: ``python scripts/check_runtime_typing.py edgert`` (exit 1 when it finds any).
 """
@@ -70,7 +70,10 @@ class _Checker(ast.NodeVisitor):
         if isinstance(node, ast.Constant) and node.value is None:
             return True
         if isinstance(node, ast.Name):
-            return node.id in BUILTIN_TYPES or node.id in self.typing_names or node.id in self.abc_names
+            # a CapWords name is taken for a class (``Event = Segment | Transcript`` broke edgert on 3.9);
+            # ALL_CAPS names are constants, where ``|`` is a flag or set union
+            class_like = node.id[:1].isupper() and not node.id.isupper()
+            return class_like or node.id in BUILTIN_TYPES or node.id in self.typing_names or node.id in self.abc_names
         if isinstance(node, ast.Subscript):
             return self._generic_subscript(node) or (
                 isinstance(node.value, ast.Name) and node.value.id in self.typing_names)
