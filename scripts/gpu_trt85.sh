@@ -44,12 +44,30 @@ while pos < len(data):
 Path(".gpu/ta/1/count").write_text(str(n))
 print(f"{len(data) / 2**20:.1f} MiB in {n} parts")
 PY
+  # The kit prunes libnvinfer_builder_resource to sm_90, and TensorRT 8.5 checks that library's sha256 before it
+  # builds ("Assertion validateCaskKLibDigest(sha256sum) failed": runtime only). The wheel's own copy travels too.
+  rm -rf .gpu/br && mkdir -p .gpu/br && python3 - <<'PY'
+import glob, hashlib, subprocess, zipfile
+from pathlib import Path
+wheel = glob.glob(".gpu/trt85/work/dl/tensorrt-8.5*.whl")[0]
+data = zipfile.ZipFile(wheel).read("tensorrt/libnvinfer_builder_resource.so.8.5.3")
+packed = subprocess.run(["zstd", "-q", "-6", "-T2", "-c"], input=data, capture_output=True, check=True).stdout
+step, n = 52 << 20, 0
+for n, pos in enumerate(range(0, len(packed), step)):
+    d = Path(f".gpu/br/d{n:02d}"); d.mkdir()
+    (d / f"br.zst.{n:02d}").write_bytes(packed[pos:pos + step])
+Path(".gpu/br/d00/br.count").write_text(f"{n + 1} {hashlib.sha256(data).hexdigest()}")
+print(f"builder resource: {len(packed) / 2**20:.0f} MiB in {n + 1} parts")
+PY
   local parts=(p1a p1b p2 p3 p4 p5) n
   n=$(cat .gpu/ta/1/count)
   for ((i = 1; i <= n || i <= 6; i++)); do
     local kp=${parts[$((i - 1))]:-px} carry=".gpu/trt85/${parts[$((i - 1))]:-px}"
     [ $i -le "$n" ] && carry="$carry\", \".gpu/ta/$i"
     echo "run $i: carry [\"$carry\"], command: source .gpu/trt85/$kp/setup.sh; bash scripts/gpu_trt85.sh unpack"
+  done
+  for d in .gpu/br/d*; do
+    echo "run: carry [\".gpu/trt85/px\", \"$d\"], command: source .gpu/trt85/px/setup.sh; bash scripts/gpu_trt85.sh unpack"
   done
 }
 
@@ -58,7 +76,19 @@ dec() {  # the image may lack the zstd tool: the kit's zstandard for its Python 
     "import sys,zstandard; zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(sys.stdin.buffer, sys.stdout.buffer)"; fi
 }
 
+builder_resource() {  # the unpruned libnvinfer_builder_resource, once its parts have all come
+  mkdir -p /tmp/edgert-br && cp -n .gpu/br/*/* /tmp/edgert-br/ 2>/dev/null
+  local lib=/tmp/trt85/site/tensorrt/libnvinfer_builder_resource.so.8.5.3 want sha
+  read -r want sha < /tmp/edgert-br/br.count 2>/dev/null || { echo "builder resource: 0 parts"; return 3; }
+  [ -f /tmp/edgert-br/.done ] && return 0
+  [ "$(ls /tmp/edgert-br/br.zst.* | wc -l)" -lt "$want" ] && { echo "builder resource: parts still to come"; return 3; }
+  [ -f $lib ] || { echo "builder resource: TensorRT not unpacked yet"; return 3; }
+  cat /tmp/edgert-br/br.zst.* | dec > $lib.new && [ "$(sha256sum < $lib.new | cut -d' ' -f1)" = "$sha" ] &&
+    mv $lib.new $lib && touch /tmp/edgert-br/.done && echo "builder resource: ready"
+}
+
 unpack() {
+  builder_resource || true
   mkdir -p $TA && cp -n .gpu/ta/*/* $TA/ 2>/dev/null
   local want have
   want=$(cat $TA/count 2>/dev/null || echo "?"); have=$(ls $TA/part.* 2>/dev/null | wc -l)
@@ -72,7 +102,10 @@ unpack() {
     /tmp/trt85/site && touch $ASSETS/.done && echo "assets: ready" || return 1
 }
 
-ready() { unpack >/dev/null || { echo "not ready: $(unpack)"; exit 3; }; }
+ready() {
+  unpack >/dev/null || { echo "not ready: $(unpack)"; exit 3; }
+  [ -f /tmp/edgert-br/.done ] || { echo "not ready: the builder resource's parts (.gpu/br) have not all come"; exit 3; }
+}
 
 smoke() {
   ready
