@@ -344,12 +344,13 @@ class UpdateDoor(BaseObserver):
         self._rolled_back(path, label, why)
         return processor
 
-    def _rolled_back(self, path: str, label: str, why: str) -> None:
+    def _rolled_back(self, path: str, label: str, why: str, record: bool = True) -> None:
         self._probation = None
         self.run.names = self.processor.names
         bad = self.model_label
         self.model_path, self.model_label = path, label
-        settle(self.dir, (path, label))
+        if record:  # (edgert update --rollback wrote the state file itself)
+            settle(self.dir, (path, label))
         self._step("rolled back", label, why=f"{bad}: {why}")
 
     def _failed(self, exc: BaseException) -> Processor | None:
@@ -366,19 +367,23 @@ class UpdateDoor(BaseObserver):
             return None
 
     def _rollback_requested(self) -> None:
+        """``edgert update --rollback`` wrote ``rollback`` (the model to go back to; the state file says it too)."""
         request = self.dir / "rollback"
         if not request.exists():
             return
         try:
-            path = request.read_text(encoding="utf-8").strip()
+            target = json.loads(request.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            target = {}
         finally:
             request.unlink(missing_ok=True)
+        path = str(target.get("path", "")) if isinstance(target, dict) else ""
         if not path or path == self.model_path or not os.path.isfile(path):
             return
-        label = Path(path).name.split("-", 3)[-1]
+        label = str(target.get("label") or Path(path).name)
         self._probation = None
         self.processor.swap_in(self._open(path), label, self.run.stopping)
-        self._rolled_back(path, label, "edgert update --rollback")
+        self._rolled_back(path, label, "edgert update --rollback", record=False)
 
     # -- telling -------------------------------------------------------------------------------------
     def _step(self, state: str, label: str, **facts: Any) -> None:

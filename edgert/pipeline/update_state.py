@@ -93,7 +93,7 @@ def request_rollback(update_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{update_dir}: no previous model to roll back to. Note: a rollback needs a model "
                           "that an update replaced")
     settle(update_dir, (previous["path"], previous.get("label", Path(previous["path"]).name)))
-    write_atomic(Path(update_dir) / "rollback", f"{previous['path']}\n")
+    write_atomic(Path(update_dir) / "rollback", json.dumps(previous) + "\n")
     return dict(previous)
 
 

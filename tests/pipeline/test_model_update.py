@@ -60,6 +60,7 @@ class DropMidRun(BaseObserver):
         self.metrics = ""
         self.url: str | None = None
         self.stats: PipelineStats | None = None
+        self.then: tuple[int, str] | None = None  # a second hold: at this frame, until this state
 
     def on_start(self, info: Any) -> None:
         self.url = info.get("metrics")
@@ -74,15 +75,25 @@ class DropMidRun(BaseObserver):
 
     def admit(self) -> None:
         stats = self.stats
-        if stats is None or stats.frames < self.hold or self.decided.is_set():
+        if stats is None:
             return
+        if stats.frames >= self.hold and not self.decided.is_set():
+            self._wait_for(stats, "swapped", "rejected")
+            if self.url:
+                with urllib.request.urlopen(self.url, timeout=10) as r:  # the endpoint itself
+                    self.metrics = r.read().decode()
+            self.decided.set()
+        if self.then is not None and stats.frames >= self.then[0]:
+            self._wait_for(stats, self.then[1])
+            self.then = None
+
+    @staticmethod
+    def _wait_for(stats: PipelineStats, *states: str) -> None:
+        """Until the update has been through one of ``states`` (it may be in a later one already)."""
         deadline = time.monotonic() + _WAIT_S
-        while (stats.model_update or {}).get("state") not in ("swapped", "rejected") and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not any((stats.model_update or {}).get("counts", {}).get(s)
+                                                       for s in states):
             time.sleep(0.05)
-        if self.url:
-            with urllib.request.urlopen(self.url, timeout=10) as r:  # the endpoint itself
-                self.metrics = r.read().decode()
-        self.decided.set()
 
 
 def _records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -171,3 +182,24 @@ def test_class_tables_merge_by_name() -> None:
     assert table == ("person", "car", "bike")
     assert mapping is not None and mapping.tolist() == [1, 2]
     assert np.asarray(mapping).dtype == np.int32
+
+
+def test_a_slower_model_is_rolled_back_in_its_probation(assets: Path, tmp_path: Path) -> None:
+    """A bound of 1x: the swapped-in yolov3-tiny (several times nanodet's work) is rolled back after its first
+    batches, on the same run, and every frame is still written once."""
+    config = _config(assets, tmp_path, update_max_slowdown=1.0)
+    events = tmp_path / "out.jsonl"
+    drop = DropMidRun(assets / "models/detection/yolov3-tiny-coco-416.onnx", tmp_path / "updates")
+    drop.then = (200, "rolled back")  # 80 frames on the new model, then wait for the door's verdict
+    summary = Pipeline(config, sinks=[f"jsonl://{events}"], observers=[drop], admit=drop.admit,
+                       handle_signals=False).run()
+    frames, swaps = _records(events)
+    assert [r["frame"] for r in frames] == list(range(260))
+    update = summary["model_update"]
+    assert [h["state"] for h in update["history"]][-2:] == ["swapped", "rolled back"], update
+    assert "ms a batch against" in update["history"][-1]["why"]
+    assert update["model"] == "nanodet-m-416-coco-v8layout.onnx"
+    assert [s["model"] for s in swaps] == ["yolov3-tiny-coco-416.onnx", "nanodet-m-416-coco-v8layout.onnx"]
+    assert swaps[0]["frame"] < swaps[1]["frame"]
+    state = json.loads((tmp_path / "updates/state.json").read_text())
+    assert state["current"]["label"] == "nanodet-m-416-coco-v8layout.onnx" and "probation" not in state

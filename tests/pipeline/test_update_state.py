@@ -1,0 +1,81 @@
+"""The update state file: restarts come back on the last swapped-in model, a crash loop on the one before,
+``edgert update`` drops a model safely and rolls back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgert.config import ModelConfig, PipelineConfig
+from edgert.pipeline.update_state import CRASH_STARTS, read_state, record_swap, start_config
+from tests.helpers import run_cli
+
+
+def _models(tmp_path: Path) -> tuple[Path, Path, PipelineConfig]:
+    old, new = tmp_path / "old.onnx", tmp_path / "new.onnx"
+    old.write_bytes(b"old")
+    new.write_bytes(b"new")
+    config = PipelineConfig(model=ModelConfig(path=str(old), update_dir=str(tmp_path / "updates")))
+    return old, new, config
+
+
+def test_a_crash_loop_comes_back_on_the_last_good_model(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    old, new, config = _models(tmp_path)
+    assert start_config(config) is config  # no update yet: the configured model
+    record_swap(tmp_path / "updates", str(new), "new.onnx", str(old), "old.onnx")  # the run that swapped it in
+    # the unit restarts after each crash, reading the state file as it starts
+    for _ in range(CRASH_STARTS - 1):
+        assert start_config(config).model.path == str(new)
+    assert read_state(tmp_path / "updates")["probation"]["starts"] == CRASH_STARTS
+    back = start_config(config)
+    assert back.model.path == str(old)
+    assert "rolled back to old.onnx: crash loop" in caplog.text
+    state = read_state(tmp_path / "updates")
+    assert state["current"]["label"] == "old.onnx" and "probation" not in state
+    assert state["rolled_back"]["label"] == "new.onnx"
+    assert start_config(config).model.path == str(old)  # and stays there
+
+
+def test_a_model_that_lived_through_probation_stays_across_restarts(tmp_path: Path) -> None:
+    from edgert.pipeline.update_state import settle
+
+    old, new, config = _models(tmp_path)
+    record_swap(tmp_path / "updates", str(new), "new.onnx", str(old), "old.onnx")
+    settle(tmp_path / "updates")
+    for _ in range(CRASH_STARTS + 1):
+        assert start_config(config).model.path == str(new)
+
+
+def test_edgert_update_drops_then_rolls_back(tmp_path: Path) -> None:
+    old, new, config = _models(tmp_path)
+    folder = tmp_path / "updates"
+    r = run_cli("update", "--dir", str(folder), str(new), "--precision", "int8")
+    assert r.returncode == 0, r.stderr
+    assert (folder / "new.onnx").read_bytes() == b"new"
+    assert json.loads((folder / "new.onnx.json").read_text()) == {"precision": "int8"}
+    assert not list(folder.glob(".*"))  # the hidden copy was renamed into place
+    r = run_cli("update", "--dir", str(folder), "--rollback")
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0
+    assert "no previous model to roll back to" in r.stderr
+    record_swap(folder, str(new), "new.onnx", str(old), "old.onnx")
+    r = run_cli("update", "--dir", str(folder), "--rollback")
+    assert r.returncode == 0, r.stderr
+    assert "rolled back to old.onnx" in r.stdout
+    assert json.loads((folder / "rollback").read_text())["path"] == str(old)  # a running pipeline swaps back
+    assert start_config(config).model.path == str(old)
+
+
+def test_edgert_update_finds_a_services_folder(tmp_path: Path) -> None:
+    old, new, _ = _models(tmp_path)
+    cfg = tmp_path / "cam.yaml"
+    cfg.write_text(f"model:\n  path: {old}\n  update_dir: {tmp_path / 'updates'}\n")
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "edgert-cam.service").write_text(f"[Service]\nExecStart=/usr/bin/edgert run --config {cfg}\n")
+    r = run_cli("update", "--service", "cam", "--unit-dir", str(units), str(new))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "updates/new.onnx").exists()
+    r = run_cli("update", "--service", "nope", "--unit-dir", str(units), str(new))
+    assert r.returncode == 1 and "edgert-nope.service" in r.stderr
