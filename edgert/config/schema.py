@@ -84,7 +84,9 @@ class ModelConfig:
     # Model updates on the running pipeline (docs/fleet.md, "Update models in a fleet"): a model file dropped
     # into update_dir is built in the background, checked on the run's own recent frames and swapped in.
     update_dir: str | None = None
-    update_files: str | None = None  # the folder an MQTT update command may name files in (None: no MQTT door)
+    # mqtt://BROKER/PREFIX/DEVICE: update commands on PREFIX/DEVICE/model/update, status on .../model/status
+    update_mqtt: str | None = None
+    update_files: str | None = None  # the folder an MQTT update command may name files in
     update_min_map: float = 0.5  # gate: the candidate's mAP@0.5:0.95 against its FP32 reference, at least
     update_max_count_ratio: float = 4.0  # gate: detections on the held frames within this factor of the current's
     update_sample: int = 16  # recent frames held for the gate

@@ -72,7 +72,7 @@ def open_updates(run: RunState, processor: Processor, owned: bool) -> UpdatableP
     wrapper = UpdatableProcessor(processor, owned=owned, label=Path(cfg.path).name, sample=cfg.update_sample)
     door = UpdateDoor(run, wrapper)
     run.observers.append(door)
-    if cfg.update_files:
+    if cfg.update_mqtt:
         from edgert.pipeline.update_mqtt import attach_mqtt
 
         attach_mqtt(run, door)
@@ -98,6 +98,7 @@ class UpdateDoor(BaseObserver):
         self.model_path = run.config.model.path
         self.model_label = Path(self.model_path).name
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.closers: list[Callable[[], None]] = []  # what the other doors close when the run stops (MQTT)
         self.queue: collections.deque[Candidate] = collections.deque()
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=32)
         self.counts: dict[str, int] = dict.fromkeys(STATES, 0)
@@ -134,6 +135,8 @@ class UpdateDoor(BaseObserver):
             settle(self.dir)  # a clean stop: the new model lived; a restart is no crash loop
             self._probation = None
         summary["model_update"] = self.summary()
+        for close in self.closers:
+            close()
 
     # -- what the doors call ----------------------------------------------------------------------------
     def submit(self, path: Path, settings: dict[str, Any], via: str) -> None:
