@@ -338,9 +338,9 @@ class UpdateDoor(BaseObserver):
 
     def _roll_back(self, why: str, reopen: bool = True) -> Processor | None:
         p = self._probation
-        path, label = p["previous"] if p is not None else (None, None)
-        if path is None:
+        if p is None:
             return None
+        path, label = str(p["previous"][0]), str(p["previous"][1])
         processor = self._open(path)
         if reopen:
             self.processor.swap_in(processor, label, self.run.stopping)
