@@ -73,6 +73,25 @@ def merge_names(run: Sequence[str], model: Sequence[str]) -> tuple[tuple[str, ..
     return tuple(table), mapping
 
 
+def _hand_over_frames(old: Processor, new: Processor) -> None:
+    """The frame memory the run got through ``old`` goes on with ``new``.
+
+    The GPU processor hands out page-locked (on Jetson: mapped) frame buffers and pins capture workers' rings;
+    it knows them by address (``frame_buffers``), so its slots upload a frame with one DMA or read it in place,
+    and it frees them at its close. The frames live on after a swap, so ``new`` learns their addresses and takes
+    over their ownership (``old`` keeps the addresses for its last batches, and frees nothing at its close). The
+    CPU processor has none of this. Not yet run on a GPU: the device rows check it."""
+    known, theirs_too = getattr(old, "frame_buffers", None), getattr(new, "frame_buffers", None)
+    if not isinstance(known, dict) or not isinstance(theirs_too, dict):
+        return
+    theirs_too.update(known)
+    for owned in ("_frame_arrays", "_registrations"):
+        theirs, mine = getattr(old, owned, None), getattr(new, owned, None)
+        if isinstance(theirs, list) and isinstance(mine, list):
+            mine.extend(theirs)
+            theirs.clear()
+
+
 class HeldFrame:
     """One frame of the held sample: its pixels (a copy) and the current model's class counts on it."""
 
@@ -123,6 +142,9 @@ class UpdatableProcessor(Processor):
         self.batch = first.batch
         self.batch_note = first.batch_note
         self.slots = [_SwapSlot(self, k) for k in range(len(first.slots))]
+        #: the GPU processor pins capture workers' frame rings (edgert.pipeline.frames): they go to the first
+        #: processor, and each swap hands them on (:func:`_hand_over_frames`)
+        self.register_frames: Callable[[np.ndarray, int, int], None] | None = getattr(first, "register_frames", None)
         self.swaps = 0
         self._recovering = threading.Lock()
         #: called (on a slot's thread) when a batch fails on a swapped-in model: returns the previous model's
@@ -207,6 +229,7 @@ class UpdatableProcessor(Processor):
         names, mapping = merge_names(self.names, processor.names)
         with self._lock:
             old_gen = self._generation
+            _hand_over_frames(self._models[old_gen].processor, processor)
             self._models[old_gen + 1] = _Model(processor, label, mapping, owned=True)
             self._generation = old_gen + 1
             self._noted = set()
