@@ -111,8 +111,14 @@ class UpdateDoor(BaseObserver):
         self._probation: dict[str, Any] | None = None
         self._retire: int | None = None  # a generation that failed and was rolled back, to close
         processor.on_failure = self._failed
-        for sub in ("models", "rejected"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("models", "rejected"):
+                (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            from edgert.errors import ConfigError
+
+            raise ConfigError(f"model.update_dir {self.dir}: cannot make its folders ({exc.strerror or exc}). "
+                              "Note: a service may write only the folders of its config") from None
         self._publish()
 
     # -- the observer's side ----------------------------------------------------------------------------
@@ -233,7 +239,8 @@ class UpdateDoor(BaseObserver):
         self.state = "queued"  # a new candidate: its building is a state of its own, not the last one's progress
         self._step("building", c.label, progress=0)
         result = self._gate(c, held)
-        if self._stop.is_set():
+        if self._stop.is_set():  # the run stops mid-build: the candidate waits in the folder for the next start
+            self._put_back(c)
             return
         if not result.get("ok"):
             self._reject(c, str(result.get("why") or "the check failed"), result)
@@ -261,26 +268,35 @@ class UpdateDoor(BaseObserver):
                    "config": {"preprocess": dataclasses.asdict(cfg.preprocess),
                               "decode": dataclasses.asdict(cfg.decode)}}
             (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
-            self._child = subprocess.Popen([sys.executable, "-m", "edgert.calib.update_gate", str(work / "job.json")],
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            result: dict[str, Any] = {"ok": False, "why": "the build process ended without a result"}
-            assert self._child.stdout is not None
-            for line in self._child.stdout:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if "result" in msg:
-                    result = msg["result"]
-                elif msg.get("step") == "checking":
-                    self._step("checking", c.label, progress=int(msg.get("progress", 0)))
-                else:
-                    self._step("building", c.label, progress=int(msg.get("progress", 0)))
-            self._child.wait()
+            with (work / "stderr.txt").open("w+", encoding="utf-8") as errors:
+                result = self._follow(c, work / "job.json", errors)
             return result
         finally:
             self._child = None
             shutil.rmtree(work, ignore_errors=True)
+
+    def _follow(self, c: Candidate, job: Path, errors: Any) -> dict[str, Any]:
+        """Start the child on ``job`` and follow its progress lines to its result."""
+        child = self._child = subprocess.Popen([sys.executable, "-m", "edgert.calib.update_gate", str(job)],
+                                               stdout=subprocess.PIPE, stderr=errors, text=True)
+        result: dict[str, Any] | None = None
+        for line in child.stdout or ():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "result" in msg:
+                result = msg["result"]
+            elif msg.get("step") == "checking":
+                self._step("checking", c.label, progress=int(msg.get("progress", 0)))
+            else:
+                self._step("building", c.label, progress=int(msg.get("progress", 0)))
+        code = child.wait()
+        if result is None:  # it died: its last line of stderr says why
+            errors.seek(0)
+            last = " ".join([line for line in errors.read().splitlines() if line.strip()][-1:])
+            result = {"ok": False, "why": f"the build process ended (exit {code}) without a result: {last[:300]}"}
+        return result
 
     def _open(self, path: str) -> Processor:
         """The candidate's processor, as the run's: same processing, slots and batch; warmed."""
@@ -308,6 +324,17 @@ class UpdateDoor(BaseObserver):
                            "previous": previous, "baseline_ms": baseline}
         self._step("swapped", label, generation=gen, map50_95=result.get("map50_95"),
                    detections=result.get("detections"), classes=len(self.processor.names))
+
+    def _put_back(self, c: Candidate) -> None:
+        target = self.dir / c.label
+        if c.via != "folder" or target.exists():
+            return
+        try:
+            if c.settings:
+                Path(f"{target}.json").write_text(json.dumps(c.settings), encoding="utf-8")
+            os.replace(c.path, target)
+        except OSError as exc:
+            log.warning("model update: %s stays in models/ (%s)", c.label, exc)
 
     def _reject(self, c: Candidate, why: str, result: dict[str, Any] | None = None) -> None:
         target = self.dir / "rejected" / c.label

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
+from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, RuntimeConfig
 from edgert.pipeline.choice import open_processor
 from edgert.pipeline.feeds import _Frame
 from edgert.pipeline.model_update import UpdatableProcessor
@@ -22,10 +22,10 @@ from tests.pipeline.media import tiny_detector
 pytest.importorskip("onnxruntime")
 
 
-def _processor(path: Path, scores: tuple[float, float]) -> Processor:
+def _processor(path: Path, scores: tuple[float, float], names: tuple[str, str] | None = None) -> Processor:
     tiny_detector(path, scores=scores)
     config = PipelineConfig(model=ModelConfig(path=str(path), backend="onnxruntime"),
-                            runtime=RuntimeConfig(slots=1, processing="cpu"))
+                            decode=DecodeConfig(names=names), runtime=RuntimeConfig(slots=1, processing="cpu"))
     return open_processor(config)
 
 
@@ -85,4 +85,25 @@ def test_a_failed_batch_on_the_new_model_runs_on_what_the_failure_hands_back(tmp
     swap.batch_ready(frames[1:])
     assert swap.slots[0].process_frames(frames[1:])[0].class_id.tolist() == [0]
     swap.on_failure = None
+    swap.close()
+
+
+def test_a_new_class_list_is_counted_by_name(tmp_path: Path) -> None:
+    """The old model knows person and car, the new one car and bike: its car keeps id 1, bike becomes id 2."""
+    old = _processor(tmp_path / "a.onnx", (0.1, 0.9), ("person", "car"))
+    new = _processor(tmp_path / "b.onnx", (0.9, 0.1), ("car", "bike"))  # finds its class 0: car
+    bikes = _processor(tmp_path / "c.onnx", (0.1, 0.9), ("car", "bike"))  # finds its class 1: bike
+    swap = UpdatableProcessor(old)
+    frames = _frames(3)
+    swap.batch_ready(frames[:1])
+    assert swap.slots[0].process_frames(frames[:1])[0].class_names() == ["car"]
+    swap.swap_in(new, "b.onnx")
+    assert swap.names == ("person", "car", "bike")
+    swap.batch_ready(frames[1:2])
+    found = swap.slots[0].process_frames(frames[1:2])[0]
+    assert found.class_id.tolist() == [1] and found.class_names() == ["car"]  # the same id as before the swap
+    swap.swap_in(bikes, "c.onnx")
+    swap.batch_ready(frames[2:])
+    found = swap.slots[0].process_frames(frames[2:])[0]
+    assert found.class_id.tolist() == [2] and found.names == ("person", "car", "bike")
     swap.close()
