@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -71,6 +72,7 @@ def _int8(candidate: str, job: dict[str, Any], frames: list[np.ndarray], config:
     from edgert.calib.calibrate import CalibrationOptions, calibrate
 
     images = job.get("images")
+    folder: Path | None = None
     if not images:  # the device's own recent frames
         import cv2
 
@@ -79,7 +81,11 @@ def _int8(candidate: str, job: dict[str, Any], frames: list[np.ndarray], config:
             cv2.imwrite(str(folder / f"{i:04d}.png"), frame)
         images = str(folder)
     target = out / (Path(candidate).stem + ".int8.onnx")
-    calibrate(candidate, images, target, config, CalibrationOptions(), progress=False)
+    try:
+        calibrate(candidate, images, target, config, CalibrationOptions(), progress=False)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     return str(target)
 
 
