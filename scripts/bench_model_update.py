@@ -99,7 +99,12 @@ def main() -> int:
         at = int(swaps[0]["frame"])
         around = clock.times[max(0, at - 10):at + 10]
         gap_ms = 1000 * max(b - a for a, b in zip(around, around[1:]))
+        # the same measure anywhere in the run without an update: the longest interval of each 20-frame window
+        windows = [max(intervals[k:k + 19]) for k in range(0, len(intervals) - 19, 10)]
         result.update(swap_frame=at, fps_after_swap=_fps(clock.times[at:]), gap_at_swap_ms=round(gap_ms, 2),
+                      window_max_ms_without_update={
+                          "median": round(1000 * statistics.median(windows), 2) if windows else None,
+                          "p95": round(1000 * sorted(windows)[int(0.95 * (len(windows) - 1))], 2) if windows else None},
                       median_interval_ms=round(median_ms, 2) if median_ms else None,
                       gap_over_batch_interval=round(gap_ms / (median_ms * batch), 2) if median_ms else None)
     else:
