@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from edgert.pipeline.processor import Processor
     from edgert.pipeline.state import RunState
 
-__all__ = ["SETTLE_S", "STATES", "UpdateDoor", "open_updates"]
+__all__ = ["SETTLE_S", "STATES", "UpdateDoor", "available_memory", "memory_refusal", "open_updates"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,37 @@ SETTLE_S = 1.0
 _POLL_S = 0.25
 #: batches on a new model before its speed is judged against the previous model's
 _SLOWDOWN_BATCHES = 20
+
+
+#: what a candidate costs in memory, per byte of its model file and per session holding it (weights, their
+#: optimised copy, the runtime's arena): a rough upper bound, which is what a refusal needs
+_BYTES_PER_MODEL_BYTE = 3
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (on a Jetson the GPU's memory too: it is the same DRAM),
+    or None where there is none."""
+    from edgert.platform import sysroot
+
+    try:
+        text = (sysroot() / "proc/meminfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def memory_refusal(model_bytes: int, sessions: int, available: int | None) -> str | None:
+    """Why a candidate of ``model_bytes`` opened in ``sessions`` sessions (the run's slots and the gate's) does
+    not fit beside the running model in ``available`` bytes, or None: a build must never push the running
+    model's memory out (an 8 GB board swaps, or the OOM killer takes the service)."""
+    need = _BYTES_PER_MODEL_BYTE * model_bytes * sessions
+    if available is None or need <= available:
+        return None
+    return (f"it needs about {need / 2**20:.0f} MiB beside the running model ({sessions} sessions of a "
+            f"{model_bytes / 2**20:.0f} MiB model) and {available / 2**20:.0f} MiB are available")
 
 
 def open_updates(run: RunState, processor: Processor, owned: bool) -> UpdatableProcessor:
@@ -230,6 +261,10 @@ class UpdateDoor(BaseObserver):
     def _handle(self, c: Candidate) -> None:
         if c.settings.get("error"):
             self._reject(c, str(c.settings["error"]))
+            return
+        why = memory_refusal(c.path.stat().st_size, len(self.processor.slots) + 1, available_memory())
+        if why is not None:
+            self._reject(c, why)
             return
         held = self.processor.held_sample()
         while not held and not self._stop.wait(0.2):  # the first frames are not held yet

@@ -79,3 +79,18 @@ def test_edgert_update_finds_a_services_folder(tmp_path: Path) -> None:
     assert (tmp_path / "updates/new.onnx").exists()
     r = run_cli("update", "--service", "nope", "--unit-dir", str(units), str(new))
     assert r.returncode == 1 and "edgert-nope.service" in r.stderr
+
+
+def test_a_candidate_that_does_not_fit_beside_the_running_model_is_refused(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgert.pipeline.update_door import available_memory, memory_refusal
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal:  7630000 kB\nMemAvailable:  1048576 kB\n")
+    monkeypatch.setenv("EDGERT_SYSROOT", str(tmp_path))
+    assert available_memory() == 2**30
+    assert memory_refusal(15 * 2**20, 3, 2**30) is None  # nanodet, two slots and the gate: about 135 MiB
+    why = memory_refusal(200 * 2**20, 3, 2**30)
+    assert why == "it needs about 1800 MiB beside the running model (3 sessions of a 200 MiB model) and 1024 MiB " \
+                  "are available"
+    assert memory_refusal(200 * 2**20, 3, None) is None  # nothing to measure: no refusal
