@@ -291,4 +291,5 @@ class PipelineStats:
             "latency_ms": self.latency_ms(),
             "watts": None if self.watts is None else round(float(self.watts), 3),
             "telemetry": self.telemetry,  # temperatures, clocks, throttling (None: the board shows none)
+            "model_update": self.model_update,  # the update door's state (None: the run takes no updates)
         }

@@ -128,6 +128,7 @@ def test_a_dropped_model_swaps_in_mid_run(assets: Path, tmp_path: Path) -> None:
     # /metrics showed the state while the run went on
     assert 'edgert_model_update_state{model="yolov3-tiny-coco-416.onnx",state="swapped"} 1.0' in drop.metrics
     assert 'edgert_model_updates_total{state="swapped"} 1.0' in drop.metrics
+    assert pipeline.stats.snapshot()["model_update"]["state"] == "swapped"  # the preview's /stats.json
     # the state file: a restart comes back on the new model
     state = json.loads((tmp_path / "updates/state.json").read_text())
     assert state["current"]["label"] == "yolov3-tiny-coco-416.onnx"
