@@ -27,6 +27,7 @@ def test_count_check_bounds() -> None:
     assert check_counts(0, 300, 16, 4.0) is not None
 
 
+@pytest.mark.slow
 def test_int8_from_the_held_frames(assets: Path, tmp_path: Path) -> None:
     cv2 = pytest.importorskip("cv2")
     model = tmp_path / "cam.onnx"

@@ -101,6 +101,7 @@ def _records(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [r for r in lines if "type" not in r], [r for r in lines if r.get("type") == "model_swap"]
 
 
+@pytest.mark.slow
 def test_a_dropped_model_swaps_in_mid_run(assets: Path, tmp_path: Path) -> None:
     config = _config(assets, tmp_path)
     events = tmp_path / "out.jsonl"
@@ -154,6 +155,7 @@ def _broken_int8(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
+@pytest.mark.slow
 def test_the_gate_refuses_a_broken_int8_model_and_the_run_goes_on(assets: Path, tmp_path: Path) -> None:
     config = _config(assets, tmp_path)
     fp32 = assets / "models/detection/nanodet-m-416-coco-v8layout.onnx"
@@ -185,6 +187,7 @@ def test_class_tables_merge_by_name() -> None:
     assert np.asarray(mapping).dtype == np.int32
 
 
+@pytest.mark.slow
 def test_a_slower_model_is_rolled_back_in_its_probation(assets: Path, tmp_path: Path) -> None:
     """A bound of 1x: the swapped-in yolov3-tiny (several times nanodet's work) is rolled back after its first
     batches, on the same run, and every frame is still written once."""

@@ -103,6 +103,7 @@ class CommandsMidRun(DropMidRun):
 
 
 @pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)")
+@pytest.mark.slow
 def test_the_mqtt_door_refuses_bad_commands_and_swaps_on_a_good_one(assets: Path, tmp_path: Path) -> None:
     broker = Broker(tmp_path, _free_port())
     broker.start()
