@@ -102,6 +102,8 @@ class ModelConfig:
         _check(1 <= self.update_sample <= 256, "update_sample", f"expected 1..256 frames, got {self.update_sample}")
         _check(self.update_probation_s >= 0.0, "update_probation_s", f"expected >= 0, got {self.update_probation_s}")
         _check(self.update_max_slowdown >= 1.0, "update_max_slowdown", f"expected >= 1, got {self.update_max_slowdown}")
+        _check(not self.update_mqtt or bool(self.update_dir and self.update_files), "update_mqtt",
+               "needs update_dir (where candidates go) and update_files (the folder a command may name files in)")
 
 
 @dataclass(frozen=True)

@@ -176,13 +176,13 @@ class UpdatableProcessor(Processor):
 
     def prepare(self, slot: ProcessorSlot) -> None:
         if isinstance(slot, _SwapSlot):
-            slot.prepare_for(self._models[0])
+            slot.prepare_for(self._first)
 
     def warm_up(self, runs: int) -> None:
         self.current.warm_up(runs)
 
     def frame_buffer(self, height: int, width: int) -> np.ndarray | None:
-        return self._models[0].processor.frame_buffer(height, width)
+        return self._first.processor.frame_buffer(height, width)
 
     def describe(self) -> JSONDict:
         out = dict(self.current.describe())

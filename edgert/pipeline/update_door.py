@@ -99,6 +99,12 @@ def memory_refusal(model_bytes: int, sessions: int, available: int | None) -> st
 def open_updates(run: RunState, processor: Processor, owned: bool) -> UpdatableProcessor:
     """The run's processor behind the swap door, and the door that watches ``model.update_dir`` (an observer of
     the run: it starts with the first frame and stops with the run)."""
+    from edgert.speech.stages import SPEECH_TASKS
+
+    if run.config.task in SPEECH_TASKS:
+        from edgert.errors import ConfigError
+
+        raise ConfigError(f"model.update_dir: model updates are for detection tasks, not {run.config.task}")
     cfg = run.config.model
     wrapper = UpdatableProcessor(processor, owned=owned, label=Path(cfg.path).name, sample=cfg.update_sample)
     door = UpdateDoor(run, wrapper)
