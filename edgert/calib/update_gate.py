@@ -108,7 +108,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     result["built"] = candidate
     _say(progress=40, step="opening")
     counts: dict[str, int] = {}
-    with Detector(candidate, config) as det:
+    with Detector(candidate, config, backend="onnxruntime") as det:  # the CPU: the running model keeps the GPU
         names = tuple(det.names)
         for frame in frames:
             for name, n in det(frame).counts().items():
