@@ -150,6 +150,8 @@ class UpdatableProcessor(Processor):
         #: called (on a slot's thread) when a batch fails on a swapped-in model: returns the previous model's
         #: processor, opened, to take the batch and every next one, or None; set by the update door
         self.on_failure: Callable[[BaseException], Processor | None] | None = None
+        #: called first by :meth:`close` (the update door stops its thread: nothing swaps into a closed run)
+        self.before_close: Callable[[], None] | None = None
 
     # -- what the orchestrator calls ------------------------------------------------------------------
     @property
@@ -295,6 +297,8 @@ class UpdatableProcessor(Processor):
             self._sample.append(held)
 
     def close(self) -> None:
+        if self.before_close is not None:
+            self.before_close()
         with self._lock:
             models = list(self._models.values())
             self._models = {}

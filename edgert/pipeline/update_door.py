@@ -148,6 +148,7 @@ class UpdateDoor(BaseObserver):
         self._probation: dict[str, Any] | None = None
         self._retire: int | None = None  # a generation that failed and was rolled back, to close
         processor.on_failure = self._failed
+        processor.before_close = self.halt
         try:
             for sub in ("models", "rejected"):
                 (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -170,10 +171,15 @@ class UpdateDoor(BaseObserver):
         if child is not None and child.poll() is None:
             child.kill()
 
-    def on_stop(self, summary: JSONDict) -> None:
+    def halt(self) -> None:
+        """Stop the door's thread (and a build under way) and wait for it: before the run closes its processor,
+        so no candidate opens or swaps into a closed run."""
         self.on_stop_requested("stopped")
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(10.0)
+
+    def on_stop(self, summary: JSONDict) -> None:
+        self.halt()
         if self._probation is not None and not summary.get("error"):
             settle(self.dir)  # a clean stop: the new model lived; a restart is no crash loop
             self._probation = None
@@ -292,6 +298,10 @@ class UpdateDoor(BaseObserver):
             from edgert.errors import first_line
 
             self._reject(c, f"it does not open beside the running model: {first_line(exc)}", result)
+            return
+        if self._stop.is_set():  # the run ended while it opened: nothing to swap into
+            processor.close()
+            self._put_back(c)
             return
         self._swap(processor, str(result.get("built") or c.path), c.label, result)
 
