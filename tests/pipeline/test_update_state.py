@@ -94,3 +94,47 @@ def test_a_candidate_that_does_not_fit_beside_the_running_model_is_refused(tmp_p
     assert why == "it needs about 1800 MiB beside the running model (3 sessions of a 200 MiB model) and 1024 MiB " \
                   "are available"
     assert memory_refusal(200 * 2**20, 3, None) is None  # nothing to measure: no refusal
+
+
+@pytest.mark.slow
+def test_a_unit_crash_looping_on_a_new_model_restarts_on_the_last_good_one(tmp_path: Path) -> None:
+    """Real ``edgert run`` processes, as a unit's restarts start them: the state says a new model is on
+    probation; two starts on it are killed (SIGKILL: a crash, no clean stop), the third start is too, and the
+    next one runs the previous model and says why in one journal line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("cv2")
+    pytest.importorskip("onnxruntime")
+    from tests.helpers import ROOT
+    from tests.pipeline.media import make_video, tiny_detector
+
+    good, bad = tiny_detector(tmp_path / "good.onnx"), tiny_detector(tmp_path / "bad.onnx", scores=(0.1, 0.9))
+    video = make_video(tmp_path / "clip.avi")
+    updates = tmp_path / "updates"
+    cfg = tmp_path / "cam.yaml"
+    cfg.write_text(f"model:\n  path: {good}\n  backend: onnxruntime\n  update_dir: {updates}\n"
+                   f"source:\n  uri: {video}\n  loop: true\n")
+    record_swap(updates, str(bad), "bad.onnx", str(good), "good.onnx")  # the run that swapped it in, then died
+    argv = [sys.executable, "-m", "edgert.cli.main", "run", "--config", str(cfg)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for starts in range(2, CRASH_STARTS + 1):  # the unit restarts it; each start counts, each one crashes
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while read_state(updates).get("probation", {}).get("starts") != starts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # running on the bad model
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert read_state(updates)["current"]["label"] == "bad.onnx"
+    done = subprocess.run([*argv, "--max-frames", "5", "--json"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"] == str(good)
+    said = [line for line in done.stderr.splitlines() if "crash loop" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"model update: rolled back to good.onnx: crash loop ({CRASH_STARTS} starts on bad.onnx within its probation)")
+    assert read_state(updates)["current"]["label"] == "good.onnx"
