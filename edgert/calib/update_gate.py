@@ -89,6 +89,25 @@ def _int8(candidate: str, job: dict[str, Any], frames: list[np.ndarray], config:
     return str(target)
 
 
+def _engine(candidate: str, job: dict[str, Any], result: dict[str, Any]) -> str | None:
+    """``edgert build`` of the candidate into ``MODEL.engine`` beside it (the runtime never builds: it finds this
+    engine when it opens the candidate), in this low-priority process; None and ``result`` says why on failure."""
+    import subprocess
+
+    _say(progress=20, step="building engine")
+    engine = str(Path(candidate).with_suffix(".engine"))
+    argv = [sys.executable, "-m", "edgert.cli.main", "build", candidate, "--backend", str(job["backend"]),
+            "--precision", "int8" if job.get("precision") == "int8" else str(job.get("engine_precision", "fp16")),
+            "--no-progress", "-o", engine]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
+        result.update(ok=False, why=f"the engine build failed: {' '.join(last)[:300]}")
+        return None
+    result["engine"] = engine
+    return engine
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """The build and the gate of one candidate; the result (``ok``, ``why``, the figures)."""
     from edgert.calib.comparison import compare_detectors
@@ -106,6 +125,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         reference = candidate
         candidate = _int8(candidate, job, frames, config, out)
     result["built"] = candidate
+    engine = _engine(candidate, job, result) if job.get("builds_engines") else None
+    if job.get("builds_engines") and engine is None:
+        return result
     _say(progress=40, step="opening")
     counts: dict[str, int] = {}
     with Detector(candidate, config, backend="onnxruntime") as det:  # the CPU: the running model keeps the GPU
@@ -118,8 +140,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     found = sum(counts.values())
     result["detections"] = {"current": current, "candidate": found}
     _say(progress=60, step="checking")
+    if engine is not None:  # what runs is the engine: it is what must agree with the FP32 ONNX
+        reference, candidate = reference or candidate, engine
     if reference and str(reference) != candidate:
-        report = compare_detectors(reference, candidate, [(str(i), f) for i, f in enumerate(frames)], config)
+        report = compare_detectors(reference, candidate, [(str(i), f) for i, f in enumerate(frames)], config,
+                                   candidate_backend=job.get("backend") if engine is not None else None)
         result["map50_95"] = report["map"]["map50_95"]
         result["reference"] = str(reference)
         if result["map50_95"] < float(job["min_map"]):

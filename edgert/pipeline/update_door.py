@@ -317,7 +317,7 @@ class UpdateDoor(BaseObserver):
                    "frames": str(frames), "counts": [h.counts for h in held],
                    "min_map": cfg.model.update_min_map, "max_count_ratio": cfg.model.update_max_count_ratio,
                    "config": {"preprocess": dataclasses.asdict(cfg.preprocess),
-                              "decode": dataclasses.asdict(cfg.decode)}}
+                              "decode": dataclasses.asdict(cfg.decode)}, **self._engine_job()}
             (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
             with (work / "stderr.txt").open("w+", encoding="utf-8") as errors:
                 result = self._follow(c, work / "job.json", errors)
@@ -325,6 +325,15 @@ class UpdateDoor(BaseObserver):
         finally:
             self._child = None
             shutil.rmtree(work, ignore_errors=True)
+
+    def _engine_job(self) -> dict[str, Any]:
+        """What the child needs to build an engine (a TensorRT run: engines are never built while serving)."""
+        from edgert.backends import builds_engines
+
+        backend = self.config.model.backend if self.config.model.backend != "auto" else self.processor.backend_name
+        if not builds_engines(backend):
+            return {}
+        return {"builds_engines": True, "backend": backend, "engine_precision": self.config.model.precision}
 
     def _follow(self, c: Candidate, job: Path, errors: Any) -> dict[str, Any]:
         """Start the child on ``job`` and follow its progress lines to its result."""
