@@ -161,6 +161,8 @@ class PipelineStats:
         self.analytics_counts: dict[str, Any] | None = None  # counting lines and zones, for the metrics endpoint
         #: a speech run's figures (RTF per stage, Whisper's queue, events per kind), for the metrics endpoint
         self.speech: dict[str, Any] | None = None
+        #: the model update door's state (edgert.pipeline.update_door), for the metrics endpoint
+        self.model_update: dict[str, Any] | None = None
         #: per-source figures (name -> frames, fps, dropped, reconnects), refreshed by the pipeline every few frames
         self.sources: dict[str, dict[str, float]] = {}
         self.drops: dict[str, int] = {}
@@ -289,4 +291,5 @@ class PipelineStats:
             "latency_ms": self.latency_ms(),
             "watts": None if self.watts is None else round(float(self.watts), 3),
             "telemetry": self.telemetry,  # temperatures, clocks, throttling (None: the board shows none)
+            "model_update": self.model_update,  # the update door's state (None: the run takes no updates)
         }

@@ -23,7 +23,7 @@ from edgert.service.journal import JournalFormatter, stderr_is_journal
 # dependencies inside its run function, so --help works whatever is installed.
 SUBCOMMANDS: tuple[str, ...] = (
     "info", "inspect", "config", "build", "convert", "calibrate", "compare", "val", "rebatch", "bench", "run",
-    "demo", "service", "power",
+    "demo", "service", "power", "update",
 )
 
 

@@ -165,7 +165,9 @@ def _rebase_paths(config: PipelineConfig, base: Path) -> PipelineConfig:
 
     model = config.model
     model = dataclasses.replace(model, path=_rebase(model.path, base),
-                                engine_cache=_rebase(model.engine_cache, base) if model.engine_cache else None)
+                                engine_cache=_rebase(model.engine_cache, base) if model.engine_cache else None,
+                                update_dir=_rebase(model.update_dir, base) if model.update_dir else None,
+                                update_files=_rebase(model.update_files, base) if model.update_files else None)
     sp = config.speech
     speech = dataclasses.replace(
         sp, vad=dataclasses.replace(sp.vad, model=_rebase(sp.vad.model, base)),

@@ -81,10 +81,29 @@ class ModelConfig:
     # Constant values for inputs other than the image (e.g. orig_target_sizes: [640, 640]), broadcast to
     # each input's shape. A model with such an input and no value here is refused, not fed zeros.
     inputs: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Model updates on the running pipeline (docs/fleet.md, "Update models in a fleet"): a model file dropped
+    # into update_dir is built in the background, checked on the run's own recent frames and swapped in.
+    update_dir: str | None = None
+    # mqtt://BROKER/PREFIX/DEVICE: update commands on PREFIX/DEVICE/model/update, status on .../model/status
+    update_mqtt: str | None = None
+    update_files: str | None = None  # the folder an MQTT update command may name files in
+    update_min_map: float = 0.5  # gate: the candidate's mAP@0.5:0.95 against its FP32 reference, at least
+    update_max_count_ratio: float = 4.0  # gate: detections on the held frames within this factor of the current's
+    update_sample: int = 16  # recent frames held for the gate
+    update_probation_s: float = 120.0  # a new model's first seconds: an error or a slowdown rolls it back
+    update_max_slowdown: float = 3.0  # ... a batch slower than this many times the previous model's, on average
 
     def __post_init__(self) -> None:
         _check(0 <= self.threads <= MAX_THREADS, "threads",
                f"expected a count from 0 to {MAX_THREADS}, got {self.threads}")
+        _check(0.0 <= self.update_min_map <= 1.0, "update_min_map", f"expected 0..1, got {self.update_min_map}")
+        _check(self.update_max_count_ratio >= 1.0, "update_max_count_ratio",
+               f"expected >= 1, got {self.update_max_count_ratio}")
+        _check(1 <= self.update_sample <= 256, "update_sample", f"expected 1..256 frames, got {self.update_sample}")
+        _check(self.update_probation_s >= 0.0, "update_probation_s", f"expected >= 0, got {self.update_probation_s}")
+        _check(self.update_max_slowdown >= 1.0, "update_max_slowdown", f"expected >= 1, got {self.update_max_slowdown}")
+        _check(not self.update_mqtt or bool(self.update_dir and self.update_files), "update_mqtt",
+               "needs update_dir (where candidates go) and update_files (the folder a command may name files in)")
 
 
 @dataclass(frozen=True)

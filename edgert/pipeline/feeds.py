@@ -42,6 +42,8 @@ class _Frame:
     file: str | None = None
     meta: Any = None  # what the source says about this frame beyond its pixels (an audio chunk's stream and times)
     lent: int = -1  # the capture worker's ring slot it holds, until given back (the collector's; -1: none)
+    generation: int = 0  # the model it runs on, when the run's model can change (edgert.pipeline.model_update)
+    notes: list[dict[str, object]] | None = None  # events of the run about this frame (the first on a new model)
     timings: np.ndarray = field(default_factory=lambda: np.zeros(len(STAGES), np.float64))
 
     def captured(self, source: PipelineSource, index: int, t0: float) -> None:

@@ -71,6 +71,9 @@ def finish_batch(run: RunState, b: _Batch) -> None:
                 own = getattr(found, "events", None)  # a speech result's
                 detections, events = found, (_tagged(run, feed, own) if own else [])
                 worked = False
+        if f.notes:  # the run's own events about this frame (the first on a new model), once
+            events = [*events, *_tagged(run, feed, f.notes)]
+            f.notes = None
         if run.shared or feed.workers:
             emit(run, feed, f, detections, events)
             worked = True

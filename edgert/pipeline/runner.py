@@ -230,8 +230,17 @@ class Pipeline:
             self.observers = [*self._hooks.observers, *self.observers]
             self.state.observers = self.observers  # the results thread: on_frames once per batch (host7)
             if self.state.processor is None:
+                if self.config.model.update_dir:  # restarts come back on the last good model (update_state)
+                    from edgert.pipeline.update_state import start_config
+
+                    self.config = self.state.config = start_config(self.config)
                 self.state.processor = open_processor(self.config, detector=self._detector, batch=None,
                                                  sources=len(self.state.feeds))
+            if self.config.model.update_dir:  # model updates on the running pipeline (a door thread, a wrapper)
+                from edgert.pipeline.update_door import open_updates
+
+                self.state.processor = open_updates(self.state, self.state.processor, self._owns_processor)
+                self._owns_processor = True  # the wrapper is the run's; it closes the given processor only if ours
             processor = self.state.processor
             try:
                 attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
@@ -481,6 +490,7 @@ class Pipeline:
         pending, ended = operator.attrgetter("pending"), operator.attrgetter("ended")
         start = 0
         seq = 0
+        stamp = getattr(self.state.processor, "batch_ready", None)  # a run whose model can change: which runs it
         try:
             while True:
                 with self._cv:  # any(map(pending)): no Python call per source (scripts/profile_host.py)
@@ -502,6 +512,8 @@ class Pipeline:
                         if remaining <= 0 or all(map(ended, feeds)) or seq == self._batches_done:
                             break
                         self._cv.wait(remaining)
+                if stamp is not None:
+                    stamp(batch)
                 out.put(_Batch(seq, batch))
                 seq += 1
         finally:

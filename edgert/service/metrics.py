@@ -128,6 +128,9 @@ def _pipeline_families(stats: Any) -> Iterator[Metric]:
     speech = getattr(stats, "speech", None)
     if speech:
         yield from _speech_families(speech)
+    update = getattr(stats, "model_update", None)
+    if update:
+        yield from _model_update_families(update)
 
 
 def _histograms(histograms: Mapping[str, Any]) -> Iterator[Metric]:
@@ -204,6 +207,26 @@ def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
                     exits.add_metric(labels, c.get("exited", 0))
                     dwell.add_metric(labels, c.get("dwell_s", 0.0))
     yield from (crossings, occupancy, entries, exits, dwell)
+
+
+def _model_update_families(update: Mapping[str, Any]) -> Iterator[Metric]:
+    """Model updates on the running pipeline (set by the update door as ``stats.model_update``)."""
+    state = _gauge("edgert_model_update_state", "1 for the state of the latest model update (idle, queued, "
+                   "building, checking, swapped, rejected, rolled back).", ["state", "model"])
+    state.add_metric([str(update.get("state", "idle")), str(update.get("model", ""))], 1)
+    yield state
+    progress = update.get("progress")
+    if progress is not None:
+        build = _gauge("edgert_model_update_progress", "Percent done of the candidate being built and checked.")
+        build.add_metric([], float(progress))
+        yield build
+    steps = _counter("edgert_model_updates_total", "Model update steps since start, by state.", ["state"])
+    for name, count in sorted(dict(update.get("counts", {})).items()):
+        steps.add_metric([name], count)
+    yield steps
+    generation = _gauge("edgert_model_generation", "Models swapped in since start (0: the one it started with).")
+    generation.add_metric([], update.get("generation", 0))
+    yield generation
 
 
 def _speech_families(speech: Mapping[str, Any]) -> Iterator[Metric]:

@@ -187,6 +187,8 @@ def output_paths(config: PipelineConfig) -> list[str]:
             out.append(str(p.parent))
     if config.model.engine_cache:
         out.append(config.model.engine_cache)
+    if config.model.update_dir:  # candidates move to models/ and rejected/, the state file is written there
+        out.append(config.model.update_dir)
     return sorted(set(out))
 
 
@@ -197,6 +199,10 @@ def check_service_paths(config: PipelineConfig, name: str) -> None:
         raise ServiceError(f"model.path {config.model.path!r} is relative: {where}")
     if config.model.engine_cache and not os.path.isabs(config.model.engine_cache):
         raise ServiceError(f"model.engine_cache {config.model.engine_cache!r} is relative: {where}")
+    for key in ("update_dir", "update_files"):
+        value = getattr(config.model, key)
+        if value and not os.path.isabs(value):
+            raise ServiceError(f"model.{key} {value!r} is relative: {where}")
     for key, uri, path in _source_paths(config):
         if not os.path.isabs(path):
             raise ServiceError(f"{key} {uri!r} is relative: {where}")

@@ -1,0 +1,77 @@
+"""The build and gate process of a model update, run as the pipeline runs it (``python -m
+edgert.calib.update_gate JOB.json``): INT8 calibrated on the held frames and checked against its FP32 self; the
+class-count check's bounds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgert.calib.update_gate import check_counts
+from tests.helpers import ROOT
+
+pytest.importorskip("onnxruntime")
+
+
+def test_count_check_bounds() -> None:
+    assert check_counts(100, 100, 16, 4.0) is None
+    assert check_counts(100, 30, 16, 4.0) is None
+    assert "0 detections on 16 held frames where the current model found 100" in str(check_counts(100, 0, 16, 4.0))
+    assert check_counts(100, 500, 16, 4.0) is not None  # boxes everywhere
+    assert check_counts(0, 10, 16, 4.0) is None  # an empty scene: a few boxes are no flood
+    assert check_counts(0, 300, 16, 4.0) is not None
+
+
+@pytest.mark.slow
+def test_int8_from_the_held_frames(assets: Path, tmp_path: Path) -> None:
+    cv2 = pytest.importorskip("cv2")
+    model = tmp_path / "cam.onnx"
+    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
+    cap = cv2.VideoCapture(str(assets / "video/vtest.avi"))
+    frames = []
+    for i in range(40):
+        ok, frame = cap.read()
+        if ok and i % 8 == 0:
+            frames.append(frame)
+    np.savez(tmp_path / "frames.npz", **{f"f_{i}": f for i, f in enumerate(frames)})
+    job = {"candidate": str(model), "out": str(tmp_path), "precision": "int8", "frames": str(tmp_path / "frames.npz"),
+           "counts": [{"person": 3}] * len(frames), "min_map": 0.5, "max_count_ratio": 4.0, "config": {}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x.get("step") for x in lines[:-1]] == ["calibrating", "opening", "checking"]
+    result = lines[-1]["result"]
+    assert result["ok"], result
+    assert result["built"] == str(tmp_path / "cam.int8.onnx") and Path(result["built"]).exists()
+    assert result["reference"] == str(model) and result["map50_95"] >= 0.5
+    assert not list(tmp_path.glob("frames-*"))  # the held frames written for calibration are gone
+
+
+@pytest.mark.slow
+def test_an_engine_is_built_in_the_child_beside_the_candidate(assets: Path, tmp_path: Path) -> None:
+    """A TensorRT run never builds while serving: the child builds ``MODEL.engine`` (here with TensorRT-RTX, which
+    builds on a machine without a GPU), and checks the engine, not the ONNX, against the FP32 model; with no GPU
+    the check itself cannot run, and the candidate is refused saying so."""
+    pytest.importorskip("tensorrt_rtx")
+    from edgert.platform import gpu_present
+
+    model = tmp_path / "cam.onnx"
+    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
+    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
+    job = {"candidate": str(model), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"), "counts": [{}],
+           "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True, "backend": "tensorrt-rtx",
+           "engine_precision": "fp16"}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[0] == {"progress": 20, "step": "building engine"}
+    assert (tmp_path / "cam.engine").exists() and (tmp_path / "cam.engine.json").exists()
+    if not gpu_present()[0]:
+        assert not lines[-1]["result"]["ok"] and "no GPU" in lines[-1]["result"]["why"]
