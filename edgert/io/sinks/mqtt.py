@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
 from edgert.io.sinks.base import FrameResult, Sink, StreamInfo, event_records, result_records
+from edgert.redact import redact, split_userinfo
 
 __all__ = ["ENV_PASSWORD", "ENV_USERNAME", "MqttSink"]
 
@@ -91,12 +92,19 @@ class MqttSink(Sink):
     # -- URI ----------------------------------------------------------------------------------------
     @classmethod
     def from_uri(cls, uri: str) -> MqttSink:
-        parts = urlsplit(uri.replace("#", "%23"))  # '#' is a topic wildcard here, not a URL fragment
-        tls = parts.scheme == "mqtts"
-        if parts.username is not None or parts.password is not None:
-            raise SinkError(f"{parts.scheme}://{parts.hostname or ''}...: credentials do not belong in the URI "
+        scheme, _, rest = uri.partition("://")
+        # User info is read as redaction reads it (up to the last '@'): a password holding '/', '?' or '#'
+        # would otherwise pass for a host and a topic, and be published to and shown.
+        userinfo, after = split_userinfo(rest)
+        if userinfo:
+            raise SinkError(f"{scheme}://{redact(after)}: credentials do not belong in the URI "
                             f"(command lines show in ps and unit files). Note: set {ENV_USERNAME} and "
-                            f"{ENV_PASSWORD} in the environment")
+                            f"{ENV_PASSWORD} in the environment (an at sign in a topic is written %40)")
+        try:
+            parts = urlsplit(uri.replace("#", "%23"))  # '#' is a topic wildcard here, not a URL fragment
+        except ValueError as exc:  # an unbalanced '[' of an IPv6 host
+            raise SinkError(f"{uri}: {exc}") from None
+        tls = parts.scheme == "mqtts"
         host = parts.hostname
         if not host:
             raise SinkError(f"{uri}: expected {parts.scheme}://HOST[:PORT]/TOPIC")
