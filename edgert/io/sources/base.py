@@ -22,6 +22,7 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".
 SKIP_UNDECODABLE = "undecodable_frame"  # a frame inside the video failed to decode; later ones did
 SKIP_DAMAGED_END = "damaged_end"  # frames the container lists after the point where decoding stopped for good
 SKIP_UNREADABLE_IMAGE = "unreadable_image"  # an image file of a folder or glob that does not decode
+SKIP_LARGE_IMAGE = "image_too_large"  # an image file whose header gives more pixels than the decode budget
 
 
 class RepeatedWarning:
