@@ -144,12 +144,13 @@ class Sink(abc.ABC):
         self.close()
 
 
-def claim_file(path: Path, what: str) -> tuple[int, bool]:
-    """Open ``path`` for writing without truncating it, locked; (fd, whether this call created it)."""
+def claim_file(path: Path, what: str, append: bool = False) -> tuple[int, bool]:
+    """Open ``path`` for writing without truncating it, locked; (fd, whether this call created it). ``append``:
+    every write goes to the file's end (``O_APPEND``), wherever another process truncated it to."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = os.path.lexists(path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else 0), 0o644)
     except OSError as exc:
         raise SinkError(f"{path}: cannot write {what} here: {exc.strerror or exc}") from None
     try:
