@@ -199,6 +199,10 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
                 parts = line.split()
                 if not parts:
                     continue
+                if len(parts) > 5:  # scoring its first four numbers as a box would be a wrong score, silently
+                    raise InputError(f"{txt}:{n}: {len(parts) - 1} numbers after the class: a segmentation polygon "
+                                     "(or keypoints) row, and val scores boxes. Note: give detection labels, "
+                                     "'class cx cy w h' (normalised) per line")
                 try:
                     values = [float(v) for v in parts[:5]]
                 except ValueError:

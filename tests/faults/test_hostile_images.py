@@ -119,3 +119,14 @@ def test_val_skips_and_counts(folder: Path, tmp_path: Path, media: dict[str, Pat
     result = json.loads(r.stdout)
     assert result["images"] == 4, result
     assert result["labels"]["unreadable_images"] == 1 and result["labels"]["images_over_pixel_budget"] == 1
+
+
+def test_val_refuses_a_polygon_row_in_one_line(folder: Path, tmp_path: Path, media: dict[str, Path]) -> None:
+    """A segmentation label row (class and a polygon) used to be scored as a box from its first four numbers."""
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "classes.txt").write_text("class0\nclass1\n")
+    (labels / "img0.txt").write_text("0 0.5 0.5 0.25 0.25\n")
+    (labels / "img1.txt").write_text("1 0.1 0.1 0.9 0.1 0.9 0.9 0.1 0.9\n")
+    r = _cli("val", str(media["model"]), "--labels", str(labels), "--images", str(folder))
+    assert_one_line_error(r, "img1.txt:1", "segmentation polygon", "class cx cy w h")
