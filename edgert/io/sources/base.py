@@ -92,7 +92,7 @@ class FrameSource(abc.ABC):
         self._opened = False
 
     #: What ``frame_time`` is, for summaries: "media" (a file's own timestamps, or frame index / fps) or
-    #: "capture clock" (live sources: wall-clock seconds when the frame arrived).
+    #: "capture clock" (live sources: when the frame arrived, on a monotonic clock: edgert.io.capture_clock).
     time_base: str = "media"
 
     @abc.abstractmethod
