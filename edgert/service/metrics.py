@@ -317,7 +317,8 @@ class _Server(BoundedHTTPServer):
 
             self.address_family = socket.AF_INET6
         self.render = render
-        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
+        # one address (a reconnecting slowloris) holds at most half: Prometheus still gets in
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS, max_per_client=MAX_CLIENTS // 2)
 
 
 class MetricsServer:
@@ -333,6 +334,10 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="edgert-metrics", daemon=True)
         self._thread.start()
         log.info("metrics at http://%s:%d/metrics", host, self.port)
+        if host in ("", "0.0.0.0", "::"):
+            log.warning("metrics listen on every interface (%s:%d): anyone on the network can read them. Note: "
+                        "give --metrics 127.0.0.1:%d, or the address of the network Prometheus scrapes from",
+                        host or "*", self.port, self.port)
 
     @property
     def url(self) -> str:
