@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
 from edgert.io.sinks.base import FrameResult, Sink, StreamInfo, event_records, result_records
-from edgert.io.sinks.mqtt_health import ConnectionWatch, claim_client_id
+from edgert.io.sinks.mqtt_health import ConnectionWatch, claim_client_id, release_client_id
 from edgert.redact import redact, split_userinfo
 
 __all__ = ["ENV_PASSWORD", "ENV_USERNAME", "MqttSink"]
@@ -81,6 +81,7 @@ class MqttSink(Sink):
         # other's session at the broker, and a restarted service finds its own.
         self.client_id = client_id or _stable_client_id(host, port, topic)
         self._own_id = client_id is None  # ours to make unique per process at open (claim_client_id)
+        self._base_id = self.client_id
         self.connect_timeout = connect_timeout
         self._watch: ConnectionWatch | None = None
         self.keepalive, self.close_timeout, self.ca_certs = keepalive, close_timeout, ca_certs
@@ -174,7 +175,7 @@ class MqttSink(Sink):
                         "(queue=%d) and what cannot be delivered is counted as dropped", self.host, self.port,
                         exc.strerror or exc, self.max_queued)
         if self._own_id:  # two processes publishing to one URI must not share an id (they would disconnect
-            self.client_id = claim_client_id(self.client_id)  # each other in turn); a restart gets its own back
+            self.client_id = claim_client_id(self._base_id)  # each other in turn); a restart gets its own back
         if hasattr(mqtt, "CallbackAPIVersion"):  # paho-mqtt 2.x (Python 3.9+)
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True)
         else:  # paho-mqtt 1.6 (Python 3.8)
@@ -302,5 +303,7 @@ class MqttSink(Sink):
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+        if self._own_id:
+            release_client_id(self.client_id)
         log.info("mqtt: %d messages acknowledged by %s:%d, %d dropped", self.published, self.host, self.port,
                  self.dropped)

@@ -29,7 +29,7 @@ from typing import Any
 
 from edgert.redact import redact
 
-__all__ = ["REPEAT_S", "ConnectionWatch", "claim_client_id", "sink_figures"]
+__all__ = ["REPEAT_S", "ConnectionWatch", "claim_client_id", "release_client_id", "sink_figures"]
 
 log = logging.getLogger("edgert.io.sinks.mqtt")
 
@@ -56,11 +56,9 @@ def _lock_folder() -> str:
 
 
 def claim_client_id(base: str, most: int = 64) -> str:
-    """``base``, or ``base-2``, ``base-3``... the first not held by another live process on this machine (held by
-    this one until it exits). The same process always gets the same one back; a restarted service gets its own
-    back once the old process is gone."""
-    if base in _held:
-        return base
+    """``base``, or ``base-2``, ``base-3``... the first not held by another sink or live process on this machine
+    (held until :func:`release_client_id` or the process's end). A restarted service gets its own back once the old
+    process is gone."""
     try:
         folder = _lock_folder()
     except OSError:
@@ -82,6 +80,13 @@ def claim_client_id(base: str, most: int = 64) -> str:
         _held[name] = fd
         return name
     return f"{base}-{os.getpid()}"
+
+
+def release_client_id(name: str) -> None:
+    """Let another sink or process take ``name`` (a sink that closed)."""
+    fd = _held.pop(name, None)
+    if fd is not None:
+        os.close(fd)  # releases the lock
 
 
 def _probe(host: str, port: int, tls: bool, ca: str | None) -> str:
