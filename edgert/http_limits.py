@@ -8,24 +8,35 @@ per stream) until the process dies. :class:`BoundedHTTPServer` gives every conne
 
 The socket timeout is per ``recv``, so a client that trickles a header line every few seconds would never
 time out and could hold every slot (slowloris). Each request therefore also has a whole-request deadline:
-its request line and headers must arrive within ``header_timeout_s`` in total, or the connection is cut.
+its request line and headers must arrive within ``header_timeout_s`` in total, or the connection is cut. A
+client that reconnects as fast as it is cut would still hold every slot: one client address gets at most
+``max_per_client`` of them (the metrics endpoint and the web preview give half), so the others keep being
+served.
+
+DNS rebinding: a web page the operator opens can make the browser send requests to a name that resolves to
+the device (or to 127.0.0.1) and read the answers (camera frames, metrics). Those requests carry the page's
+own name in ``Host``: a request whose ``Host`` is not an IP literal, ``localhost``, this machine's name or a
+name listed in ``EDGERT_HTTP_HOSTS`` (comma-separated: the names the device is reached by) gets ``421``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "DEFAULT_IDLE_TIMEOUT_S", "BoundedHTTPServer"]
+__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "DEFAULT_IDLE_TIMEOUT_S", "ENV_HOSTS", "BoundedHTTPServer", "host_allowed"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 10.0
 DEFAULT_HEADER_TIMEOUT_S = 4.0  # a real client sends its request and headers in one packet
+ENV_HOSTS = "EDGERT_HTTP_HOSTS"
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 17\r\n"
          b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many clients\n")
 
@@ -38,8 +49,11 @@ class BoundedHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
                  max_clients: int, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S) -> None:
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S, max_per_client: int | None = None) -> None:
         self.max_clients = max_clients
+        self.max_per_client = max_per_client or max_clients
+        self._per_client: dict[str, int] = {}  # client address -> its connections now served
+        self._count_lock = threading.Lock()
         self.idle_timeout_s = idle_timeout_s
         self.header_timeout_s = header_timeout_s
         self.cut = 0  # connections cut because their request did not arrive whole in time
@@ -56,28 +70,49 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         request.settimeout(self.idle_timeout_s)
         return request, address
 
+    def _refuse(self, request: Any, client_address: Any, why: str) -> None:
+        self.refused += 1
+        log.debug("refused %s: %s", client_address, why)
+        try:
+            request.settimeout(0.2)  # from the accepting thread: never wait on this client
+            request.sendall(_BUSY)
+        except OSError:  # the client went away or is too slow: it is refused either way
+            pass
+        self.shutdown_request(request)
+
     def process_request(self, request: Any, client_address: Any) -> None:
+        who = str(client_address[0]) if isinstance(client_address, tuple) and client_address else "?"
+        with self._count_lock:
+            mine = self._per_client.get(who, 0)
+            if mine >= self.max_per_client:
+                self._refuse(request, client_address, f"{mine} connections from {who} already")
+                return
+            self._per_client[who] = mine + 1
         if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            log.debug("refused %s: %d clients already", client_address, self.max_clients)
-            try:
-                request.settimeout(0.2)  # from the accepting thread: never wait on this client
-                request.sendall(_BUSY)
-            except OSError:  # the client went away or is too slow: it is refused either way
-                pass
-            self.shutdown_request(request)
+            self._leave(who)
+            self._refuse(request, client_address, f"{self.max_clients} clients already")
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()
+            self._leave(who)
             raise
+
+    def _leave(self, who: str) -> None:
+        with self._count_lock:
+            left = self._per_client.get(who, 1) - 1
+            if left > 0:
+                self._per_client[who] = left
+            else:
+                self._per_client.pop(who, None)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[misc]
         finally:
             self._slots.release()
+            self._leave(str(client_address[0]) if isinstance(client_address, tuple) and client_address else "?")
 
     def server_close(self) -> None:
         reaper = getattr(self, "reaper", None)  # absent when the bind itself failed
@@ -148,7 +183,32 @@ def _with_deadline(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPReques
         def parse_request(self) -> bool:
             ok = bool(super().parse_request())  # the headers are read: the rest is the handler's business
             self.server.reaper.release(self)  # type: ignore[attr-defined]
+            if ok and not host_allowed(self.headers.get("Host")):
+                self.send_error(421, "Misdirected Request", f"this server is not reached by that name; list it "
+                                                            f"in {ENV_HOSTS} if it is the device's")
+                return False
             return ok
 
     Deadline.__name__ = Deadline.__qualname__ = handler.__name__
     return Deadline
+
+
+def host_allowed(header: str | None) -> bool:
+    """Whether a request's ``Host`` names this server the way its users do (see the module): an IP literal,
+    ``localhost``, this machine's name, or a name in ``EDGERT_HTTP_HOSTS``. No header (HTTP/1.0): allowed."""
+    if header is None:
+        return True
+    host = header.strip().lower()
+    if host.startswith("["):
+        host = host[1:host.find("]")] if "]" in host else host[1:]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    host = host.rstrip(".")
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    names = {"localhost", socket.gethostname().lower(), socket.gethostname().lower() + ".local"}
+    names.update(n.strip().lower().rstrip(".") for n in os.environ.get(ENV_HOSTS, "").split(",") if n.strip())
+    return host in names or host.endswith(".localhost")

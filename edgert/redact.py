@@ -22,18 +22,20 @@ from typing import Any
 
 from edgert.errors import SourceError
 
-__all__ = ["RedactingFilter", "expand_env", "has_literal_secret", "install_log_redaction", "redact"]
+__all__ = ["RedactingFilter", "expand_env", "has_literal_secret", "install_log_redaction", "redact", "split_userinfo"]
 
 MASK = "***"
 
-# A scheme and everything up to the next blank or quote: the span one URI can take in free text.
-_URI = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{1,15}://)(?P<rest>[^\s'\"<>]*)")
+# Where a URI begins: a scheme and "://", not inside a word (a password's "x://" follows a letter or ':').
+_SCHEME = re.compile(r"(?<![^\s'\"(\[{<,;=|:>])[A-Za-z][A-Za-z0-9+.-]{1,15}://")
 _SECRET_KEYS = frozenset({
     "password", "passwd", "pass", "pwd", "secret", "token", "auth", "key", "apikey", "api_key", "sig",
     "signature", "credential", "credentials", "access_token", "authorization", "session", "sessionid",
     "x-amz-signature", "x-amz-credential", "x-amz-security-token",
 })
-_QUERY_ITEM = re.compile(r"(?P<key>[^=&;#]+)=(?P<value>[^&;#]*)")
+# An option's value runs to the next separator: not to '#' (an MQTT password may hold it, and the sink
+# reads it so), nor to '?' (a second '?' is part of the value).
+_QUERY_ITEM = re.compile(r"(?P<key>[^=&;?#\s'\"]+)=(?P<value>[^&;\s'\"]*)")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -47,25 +49,55 @@ def _option(match: re.Match[str]) -> str:
     return f"{key}={MASK}" if _secret_key(key) and _ENV.sub("", value) else match.group(0)
 
 
-def _one(match: re.Match[str]) -> str:
-    scheme, rest = match.group("scheme"), match.group("rest")
-    cut = len(rest)
-    for ch in "?#":
-        at = rest.find(ch)
-        if at >= 0:
-            cut = min(cut, at)
-    head, tail = rest[:cut], rest[cut:]
-    at = head.rfind("@")  # the last one: a password may hold '@' or '/' unencoded
-    if at >= 0 and _ENV.sub("", head[:at]).strip(":"):  # user info that only names ${VARS} hides nothing
-        head = f"{MASK}@{head[at + 1:]}"
-    if tail.startswith("?"):
-        tail = "?" + _QUERY_ITEM.sub(_option, tail[1:])
-    return scheme + head + tail
+def split_userinfo(rest: str) -> tuple[str, str]:
+    """``(userinfo, host_and_after)`` of what follows a URI's ``scheme://``; userinfo is '' when there is none.
+
+    The user info ends at the *last* ``@`` of the URI, wherever a ``/``, ``?``, ``#``, blank or quote stands
+    before it: a password may hold any of them unencoded (vendors ask for them, and openers that split at the
+    last ``@`` accept them), and a URI read the strict way (RFC 3986: the authority ends at the first
+    ``/?#``) would show the part of the password after that character as a host or a path.
+    """
+    at = rest.rfind("@")
+    if at < 0:
+        return "", rest
+    return rest[:at], rest[at + 1:]
+
+
+def _segments(line: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of what follows each ``scheme://`` in ``line``, up to the next URI or the line's end."""
+    found = list(_SCHEME.finditer(line))
+    return [(m.end(), found[i + 1].start() if i + 1 < len(found) else len(line)) for i, m in enumerate(found)]
+
+
+def _redact_line(line: str) -> str:
+    spans = _segments(line)
+    if not spans:
+        return line
+    out, last = [], 0
+    for start, end in spans:
+        out.append(line[last:start])
+        userinfo, after = split_userinfo(line[start:end])
+        if userinfo and _ENV.sub("", userinfo).strip(":"):  # user info that only names ${VARS} hides nothing
+            out.append(f"{MASK}@")
+        elif userinfo:
+            out.append(userinfo + "@")
+        query = after.find("?")
+        if query >= 0:
+            after = after[:query + 1] + _QUERY_ITEM.sub(_option, after[query + 1:])
+        out.append(after)
+        last = end
+    out.append(line[last:])
+    return "".join(out)
 
 
 def redact(text: Any) -> str:
-    """``text`` with the user info and secret query values of every URI in it replaced by ``***``."""
-    return _URI.sub(_one, str(text))
+    """``text`` with the user info and secret query values of every URI in it replaced by ``***``.
+
+    A URI in free text runs to the next URI or the end of its line (a password may hold blanks and quotes), and
+    its user info to the last ``@`` in that span: coarse on purpose, as hiding a harmless ``@`` is fine and
+    showing a password is not.
+    """
+    return "".join(_redact_line(line) for line in str(text).splitlines(keepends=True))
 
 
 def has_literal_secret(uri: str) -> bool:

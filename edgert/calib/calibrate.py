@@ -18,7 +18,6 @@ import hashlib
 import itertools
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from edgert.atomic_file import atomic_path, sha256_file
+from edgert.atomic_file import atomic_path, scratch_folder, sha256_file
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.equalize import Region, equalize, find_regions
@@ -386,8 +385,8 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     t_check = t_sens = 0.0
     float_layers: list[str] = []
     # Candidates are checked from a scratch folder; only the final, checked model goes to -o (atomically).
-    with tempfile.TemporaryDirectory(prefix="edgert-calib-") as scratch:
-        candidate = Path(scratch) / paths["onnx"].name
+    with scratch_folder("calib") as scratch:  # a killed run's is removed by the next one
+        candidate = scratch / paths["onnx"].name
         if opts.check:
             onnx.save(qdq, str(candidate))
             t0 = time.perf_counter()

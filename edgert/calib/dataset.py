@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from edgert._lazy import lazy_import
 from edgert.errors import CalibrationError
+from edgert.image_file import ENV_MAX_PIXELS, ImageSkipped, ImageTooLarge, decode_image_file, max_pixels
 
 __all__ = ["IMAGE_SUFFIXES", "CalibrationImages", "scan_folder"]
 
@@ -85,19 +86,18 @@ class CalibrationImages:
         return self.target
 
     def __iter__(self) -> Iterator[tuple[Path, np.ndarray]]:
-        cv2 = lazy_import("cv2", "reading calibration images")
         self.used = []
         self.skipped = {p: "not an image file" for p in self.not_images}
+        budget = max_pixels()
         for path in self.order:
             if len(self.used) >= self.target:
                 break
             try:
-                data = np.fromfile(str(path), dtype=np.uint8)
-                image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-            except (OSError, cv2.error) as exc:
-                self.skipped[path] = f"unreadable: {exc}"
+                image = decode_image_file(path, budget)  # bounded, and by bytes: any file name works
+            except ImageTooLarge as exc:
+                self.skipped[path] = f"too large: {exc.reason}"
                 continue
-            if image is None or image.ndim != 3 or image.shape[0] == 0 or image.shape[1] == 0:
+            except ImageSkipped:
                 self.skipped[path] = "unreadable or corrupt image"
                 continue
             self.used.append(path)
@@ -112,11 +112,13 @@ class CalibrationImages:
             self.warn_skipped()
 
     def warn_skipped(self) -> None:
-        bad = sum(1 for r in self.skipped.values() if r != "not an image file")
-        other = len(self.skipped) - bad
+        large = sum(1 for r in self.skipped.values() if r.startswith("too large"))
+        other = sum(1 for r in self.skipped.values() if r == "not an image file")
+        bad = len(self.skipped) - large - other
         examples = ", ".join(p.name for p in list(self.skipped)[:3])
-        log.warning("%s: skipped %d file(s): %d unreadable image(s), %d not an image (%s%s)",
-                    self.root, len(self.skipped), bad, other, examples, ", ..." if len(self.skipped) > 3 else "")
+        over = f", {large} over the pixel budget of {max_pixels()} (raise it with {ENV_MAX_PIXELS})" if large else ""
+        log.warning("%s: skipped %d file(s): %d unreadable image(s), %d not an image%s (%s%s)", self.root,
+                    len(self.skipped), bad, other, over, examples, ", ..." if len(self.skipped) > 3 else "")
 
     def fingerprint(self) -> str:
         """A hash of every image file's name and bytes, plus ``num`` and ``seed``: what the draw depends on.
@@ -125,7 +127,7 @@ class CalibrationImages:
         """
         h = hashlib.sha256(f"{self.num}\0{self.seed}\n".encode())
         for path in self.candidates:
-            h.update(str(path.relative_to(Path(self.root))).encode() + b"\0")
+            h.update(os.fsencode(path.relative_to(Path(self.root))) + b"\0")  # a name may not be UTF-8
             try:
                 with path.open("rb") as f:
                     for block in iter(lambda: f.read(1 << 20), b""):

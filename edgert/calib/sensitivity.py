@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from edgert.atomic_file import scratch_folder
 from edgert.calib.accuracy import _iou
 from edgert.calib.layer_error import layer_errors
 from edgert.calib.qdq import GraphPlan, write_qdq
@@ -192,8 +192,8 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
         if spent + cost[node] <= budget:
             chosen_all.append(node)
             spent += cost[node]
-    with tempfile.TemporaryDirectory(prefix="edgert-sens-") as tmp:
-        path = Path(tmp) / "probe.onnx"
+    with scratch_folder("sens") as tmp:  # a killed run's is removed by the next one
+        path = tmp / "probe.onnx"
 
         measured: dict[int, dict[str, Any]] = {}
 

@@ -100,11 +100,13 @@ def _pick(flag: Any, recipe_value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from edgert.atomic_file import refuse_replacing_input
     from edgert.calib.calibrate import DEFAULT_MAX_DROP, CalibrationOptions, calibrate
     from edgert.calib.recipe import CalibrationRecipe, load_recipe
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
 
+    refuse_replacing_input(args.output, args.model)
     if args.audio is not None or _is_whisper(args.model):
         return _run_whisper(args)
     if args.decoder_int8:

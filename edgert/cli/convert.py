@@ -39,9 +39,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from edgert._lazy import is_importable
+    from edgert.atomic_file import refuse_replacing_input
     from edgert.rewrite.fp16 import convert_file, output_agreement
     from edgert.speech.precision import is_whisper_folder
 
+    refuse_replacing_input(args.output, args.model)
     if is_whisper_folder(args.model):
         return _run_whisper(args)
     result = convert_file(args.model, args.output, keep_tail=not args.convert_tail, fp32_nodes=args.keep_float)

@@ -58,10 +58,12 @@ def _label_names(arg: str | None) -> tuple[str, ...] | None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+    import logging
 
     from edgert.atomic_file import write_atomic
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError, InputError
+    from edgert.image_file import ImageSkipped, ImageTooLarge
     from edgert.vision.detector import Detector
     from edgert.vision.validate import coco_predictions, evaluate, load_labels
 
@@ -73,14 +75,24 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else PipelineConfig()
     decode = dataclasses.replace(config.decode, conf=args.conf, **({"iou": args.iou} if args.iou is not None else {}))
     config = dataclasses.replace(config, decode=decode)
-    found = []
+    found, kept = [], []
+    unreadable, large = truth.unreadable_images, truth.large_images
     with Detector(args.model, config, backend=args.backend) as det:
         for image in truth.images:
-            found.append(det(image.path))
+            try:
+                found.append(det(image.path))
+            except ImageSkipped as exc:  # a counted skip, its labels with it: never a crash or a zero score
+                too_large = isinstance(exc, ImageTooLarge)
+                unreadable, large = unreadable + (not too_large), large + too_large
+                logging.getLogger("edgert.val").warning("%s; skipped", exc)
+                continue
+            kept.append(image)
         names = det.names
+    truth = dataclasses.replace(truth, images=tuple(kept))
     result = evaluate(truth, found, names).to_dict()
     result["model"] = str(args.model)
-    result["labels"] = {"path": str(args.labels), "format": truth.source, "missing_images": truth.missing_images}
+    result["labels"] = {"path": str(args.labels), "format": truth.source, "missing_images": truth.missing_images,
+                        "unreadable_images": unreadable, "images_over_pixel_budget": large}
     if args.save_json:
         out = Path(args.save_json)
         try:

@@ -4,6 +4,10 @@ every key for errors, and the paths in the file made relative to the file's fold
 from __future__ import annotations
 
 import dataclasses
+import os
+import select
+import stat
+import time
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +24,7 @@ T = TypeVar("T")
 
 #: A config is a few kilobytes; past this it is not a config (and PyYAML takes minutes and GBs on 100 MB).
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+FIFO_WAIT_S = 10.0  # a config read from a FIFO: how long its writer may take to start
 #: Nodes the document may hold once aliases are expanded. Aliases share nodes in the composed tree but
 #: every consumer that walks the data expands them: nine nested aliases of nine items are 387 million.
 MAX_CONFIG_NODES = 100_000
@@ -83,10 +88,32 @@ def _key_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ..
     active.discard(id(node))
 
 
+def _read_limited(p: Path) -> bytes:
+    """At most one byte past the limit of ``p``, whatever the file (a FIFO, /dev/zero). A FIFO is opened without
+    blocking and read once something is written to it: one nobody writes to would block the open for good, past
+    a stop and Ctrl-C (``<(...)`` of a shell is a pipe with its writer there: read as before)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            deadline = time.monotonic() + FIFO_WAIT_S
+            while not poller.poll(100):  # signal handlers run between the polls: Ctrl-C and SIGTERM work
+                if time.monotonic() >= deadline:
+                    raise ConfigError(f"{p}: a FIFO nothing writes to (waited {FIFO_WAIT_S:g} s). Note: start "
+                                      "its writer first, or give a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def _read_config_text(p: Path) -> str:
     try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)  # read no more than the limit, whatever the file (a FIFO, /dev/zero)
+        raw = _read_limited(p)
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found") from None
     except IsADirectoryError:

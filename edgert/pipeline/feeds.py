@@ -50,11 +50,12 @@ class _Frame:
         """Stamp the frame ``source`` has just read into it as its ``index``-th (``t0``: when the read began):
         its clocks, what the source says of it, its capture time. One place for the capture threads and the
         collector, so a frame reads the same whichever read it."""
+        from edgert.io.capture_clock import capture_clock
         from edgert.io.sources import media_time
 
         self.started = t0
-        self.timestamp = time.time()
-        self.media_time = media_time(source, index, self.timestamp)
+        self.timestamp = time.time()  # written out: the wall clock, as a reader of the records wants it
+        self.media_time = media_time(source, index, capture_clock())  # analytics: never a step of the wall clock
         self.index = index
         self.meta = getattr(source, "meta", None)
         current = getattr(source, "current", None)

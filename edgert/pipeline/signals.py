@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM during a run: the first stops it gracefully, a second one aborts it.
+"""SIGINT and SIGTERM during a run: the first stops it gracefully, a second one aborts it. SIGHUP reopens the file
+sinks (a log rotation) and never stops the run.
 
 Apart from :mod:`edgert.pipeline.runner` because it is process-wide state (signal handlers belong to the main
 thread and must be put back exactly as they were) rather than part of moving frames; the pipeline only asks for
@@ -47,7 +48,15 @@ def install_signals(run: RunState, enabled: bool = True) -> Callable[[], None]:
             if not run.outputs_open:  # nothing written yet (a model still loading, an engine building):
                 raise KeyboardInterrupt  # leave at once
 
+    def reopen(signum: int, frame: FrameType | None) -> None:
+        from edgert.io.sinks.reopen import request_reopen
+
+        log.warning("SIGHUP: file sinks open their paths again (a log rotation)")
+        request_reopen()
+
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if hasattr(signal, "SIGHUP"):  # logrotate's postrotate: reopen, never stop
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, reopen)
 
     def restore() -> None:
         for sig, h in old.items():

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from edgert.atomic_file import remove_stale_temps
 from edgert.errors import ReportError
 from edgert.report.svg import fmt
 
@@ -144,9 +145,10 @@ def write_page(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically: a temporary file beside it, then a rename over it."""
     p = Path(path)
     tmp_name = None
+    remove_stale_temps(p.parent if str(p.parent) else ".")  # what killed runs left beside their reports
     try:
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=p.parent if str(p.parent) else ".",
-                                         prefix=f".{p.name}.", suffix=".tmp", delete=False) as tmp:
+                                         prefix=f".{p.name}.tmp-{os.getpid()}-", delete=False) as tmp:
             tmp_name = tmp.name
             tmp.write(text)
         os.chmod(tmp_name, 0o644)  # NamedTemporaryFile makes it 0600; a report is for reading

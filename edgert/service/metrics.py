@@ -120,6 +120,7 @@ def _pipeline_families(stats: Any) -> Iterator[Metric]:
     sources = getattr(stats, "sources", None)
     if sources:
         yield from _source_families(sources)
+    yield from _sink_families()
     by_source = dict(getattr(stats, "analytics_by_source", None) or {})
     if not by_source and getattr(stats, "analytics_counts", None):
         by_source = {"0": stats.analytics_counts}  # a stats object from before per-source counts
@@ -182,6 +183,23 @@ def _source_families(sources: Mapping[str, Mapping[str, float]]) -> Iterator[Met
         reconnects.add_metric([name], figures.get("reconnects", 0))
         down.add_metric([name], figures.get("reconnecting", 0))
     yield from (frames, fps, dropped, reconnects, down)
+
+
+def _sink_families() -> Iterator[Metric]:
+    """Remote sinks' connection state (MQTT): connected 0/1, messages queued, messages lost."""
+    from edgert.io.sinks.mqtt_health import sink_figures
+
+    figures = sink_figures()
+    if not figures:
+        return
+    connected = _gauge("edgert_sink_connected", "1 while this remote sink is connected to its broker.", ["sink"])
+    queued = _gauge("edgert_sink_queued_messages", "Messages waiting for the broker's acknowledgement.", ["sink"])
+    lost = _counter("edgert_sink_lost_messages_total", "Messages this sink dropped or could not deliver.", ["sink"])
+    for f in sorted(figures, key=lambda f: str(f["sink"])):
+        connected.add_metric([f["sink"]], f["connected"])
+        queued.add_metric([f["sink"]], f["queued"])
+        lost.add_metric([f["sink"]], f["lost"])
+    yield from (connected, queued, lost)
 
 
 def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
@@ -322,7 +340,8 @@ class _Server(BoundedHTTPServer):
 
             self.address_family = socket.AF_INET6
         self.render = render
-        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
+        # one address (a reconnecting slowloris) holds at most half: Prometheus still gets in
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS, max_per_client=MAX_CLIENTS // 2)
 
 
 class MetricsServer:
@@ -338,6 +357,10 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="edgert-metrics", daemon=True)
         self._thread.start()
         log.info("metrics at http://%s:%d/metrics", host, self.port)
+        if host in ("", "0.0.0.0", "::"):
+            log.warning("metrics listen on every interface (%s:%d): anyone on the network can read them. Note: "
+                        "give --metrics 127.0.0.1:%d, or the address of the network Prometheus scrapes from",
+                        host or "*", self.port, self.port)
 
     @property
     def url(self) -> str:

@@ -24,6 +24,7 @@ from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
 from edgert.io.uri import ARGUS, NETWORK
 from edgert.redact import has_literal_secret, redact
+from edgert.service.unit_check import check_name, check_rendered, check_value
 
 if TYPE_CHECKING:
     from edgert.io.sinks.registry import SinkKind
@@ -276,21 +277,45 @@ def hidden_paths(config: PipelineConfig, opts: UnitOptions) -> list[str]:
 # Quoting: systemd expands %specifiers and $VARIABLES in Exec lines; paths must not be expanded.
 
 
-def _exec_arg(arg: str) -> str:
-    escaped = arg.replace("%", "%%").replace("$", "$$")
+def _exec_arg(arg: str, executable: bool = False) -> str:
+    escaped = arg.replace("%", "%%")
+    if not executable:  # systemd expands $VARIABLES in the arguments, never in the executable's name
+        escaped = escaped.replace("$", "$$")
     if re.search(r"[\s\"'\\;]", escaped):
         return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return escaped
 
 
 def _exec_line(argv: Sequence[str]) -> str:
-    return " ".join(_exec_arg(a) for a in argv)
+    return " ".join(_exec_arg(a, executable=i == 0) for i, a in enumerate(argv))
 
 
-def _path_value(path: str) -> str:
-    if re.search(r"\s", path):
-        raise ServiceError(f"{path!r}: paths with spaces cannot be listed in ReadWritePaths; move the output")
+def _path_value(path: str, field: str = "an output folder") -> str:
+    check_value(field, path)
+    if re.search(r"[\s\"'\\]", path):
+        raise ServiceError(f"{field} {path!r}: a path with blanks, quotes or backslashes cannot be listed in a "
+                           "unit's path settings; move it")
     return path.replace("%", "%%")
+
+
+def _check_values(config: PipelineConfig, opts: UnitOptions) -> None:
+    """Every value the unit will hold stays on its line (see :mod:`edgert.service.unit_check`)."""
+    for name, value in (("--config", opts.config_path), ("--edgert", opts.edgert), ("--metrics", opts.metrics),
+                         ("--env-file", opts.env_file), ("model.path", config.model.path),
+                         ("model.engine_cache", config.model.engine_cache), ("model.backend", config.model.backend),
+                         ("model.precision", config.model.precision)):
+        if value:
+            check_value(name, value)
+    for i, src in enumerate(config.all_sources()):
+        check_value("source.uri" if not config.sources else f"sources[{i}].uri", src.uri)
+    if re.search(r"[\"'\\]", opts.edgert):
+        raise ServiceError(f"--edgert {opts.edgert!r}: systemd refuses an executable whose path holds quotes or "
+                           "backslashes; install edgert elsewhere or pass a link to it")
+    check_name("--user", opts.user)
+    for group in (opts.group or opts.user, *opts.groups):
+        check_name("group", group)
+    for rule in opts.device_allow:
+        check_value("DeviceAllow", rule)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -380,6 +405,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
     check_service_paths(config, opts.name)
     check_service_sinks(config)
     check_service_sources(config)
+    _check_values(config, opts)
     model = Path(config.model.path) if config.model.path else None
     needs = source_needs(config)
 
@@ -395,6 +421,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
 
     exec_start = [opts.edgert, "run", "--config", opts.config_path]
     prestart: list[str] = []
+    build: list[str] = []
     engine = engine_path(config, opts.name, model)
     if engine is not None and model is not None:
         # `edgert build` reuses the engine when its sidecar matches (model, precision, TensorRT, GPU), so
@@ -423,7 +450,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "USER": opts.user,
         "GROUP": opts.group or opts.user,
         "GROUPS": " ".join(opts.groups),
-        "ENV_FILE": _path_value(env_file),
+        "ENV_FILE": _path_value(env_file, "--env-file"),
         "EXEC_START": _exec_line(exec_start),
         **_hardening(config, opts),
     }
@@ -445,17 +472,36 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "DEVICE_ALLOW": [f"DeviceAllow={rule}" for rule in opts.device_allow],
     }
     lines: list[str] = []
+    meant: list[tuple[str, str, str]] = []  # (section, key, value) of every setting, as meant
+    section = ""
     for line in template_text().splitlines():
         stripped = line.strip()
         if stripped.startswith("@") and stripped.endswith("@") and stripped[1:-1] in blocks:
-            lines.extend(blocks[stripped[1:-1]])
+            for entry in blocks[stripped[1:-1]]:
+                lines.append(entry)
+                _mean(meant, section, entry, entry)
             continue
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped[1:-1]
+        rendered = line
         for key, value in values.items():
-            line = line.replace(f"@{key}@", value)
-        lines.append(line)
+            rendered = rendered.replace(f"@{key}@", value)
+        lines.append(rendered)
+        _mean(meant, section, line, rendered)
     text = "\n".join(lines) + "\n"
     leftover = re.findall(r"@[A-Z_]+@", text)
     if leftover:
         raise ServiceError(f"unit template has unknown placeholders {sorted(set(leftover))}")  # an edgert bug
-    return re.sub(r"\n{3,}", "\n\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    check_rendered(text, meant, {"ExecStart": [exec_start], "ExecStartPre": [build] if build else []})
+    return text
+
+
+def _mean(meant: list[tuple[str, str, str]], section: str, template_line: str, rendered: str) -> None:
+    """Record the setting a template line meant (its key is the template's, its value what was put in)."""
+    stripped = template_line.strip()
+    if not stripped or stripped.startswith(("#", ";")) or (stripped.startswith("[") and stripped.endswith("]")):
+        return
+    key = template_line.partition("=")[0].strip()
+    meant.append((section, key, rendered.partition("=")[2].strip()))
 

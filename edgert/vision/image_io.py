@@ -13,6 +13,7 @@ import numpy as np
 from edgert._lazy import lazy_import
 from edgert.atomic_file import replace_file
 from edgert.errors import InputError
+from edgert.image_file import decode_image_file
 
 __all__ = ["IMAGE_WRITE_SUFFIXES", "encode_image", "read_image", "write_image"]
 
@@ -24,14 +25,10 @@ JPEG_QUALITY = 90
 
 def read_image(path: str | Path) -> np.ndarray:
     """The BGR image at ``path``; :class:`InputError` when it is missing or not an image."""
-    cv2 = lazy_import("cv2", "reading images")
     p = Path(path).expanduser()
     if not p.is_file():
         raise InputError(f"{p}: image file not found")
-    frame = cv2.imread(str(p), cv2.IMREAD_COLOR)
-    if frame is None:
-        raise InputError(f"{p}: cannot decode as an image (damaged or unsupported format)")
-    return frame  # type: ignore[no-any-return]
+    return decode_image_file(p)  # bounded by the pixel budget; the name may be any bytes
 
 
 def encode_image(image: np.ndarray, suffix: str) -> bytes:

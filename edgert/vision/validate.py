@@ -25,6 +25,7 @@ import yaml
 
 from edgert._lazy import lazy_import
 from edgert.errors import InputError
+from edgert.image_file import ImageSkipped, ImageTooLarge, decode_image_file, max_pixels
 from edgert.vision.detections import Detections
 
 __all__ = ["GroundTruth", "LabelledImage", "ValResult", "canonical_name", "evaluate", "load_labels"]
@@ -64,6 +65,8 @@ class GroundTruth:
     source: str  # "coco" or "yolo"
     missing_images: int = 0  # labelled images not found in the images folder
     category_ids: tuple[int, ...] = ()  # the labels' own id of each name (COCO ids; YOLO: the class number)
+    unreadable_images: int = 0  # image files that did not decode (skipped, with their labels)
+    large_images: int = 0  # image files over the pixel budget (skipped, with their labels)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,7 +183,8 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
     if not names:
         raise InputError(f"{labels_dir}: YOLO labels need class names: put classes.txt (one name per line) or "
                          "data.yaml (names: [...]) there, or pass --label-names FILE|coco")
-    cv2 = lazy_import("cv2", "reading images")
+    budget = max_pixels()
+    skipped = [0, 0]  # unreadable, too large
     files = _image_files(images_dir)
     out: list[LabelledImage] = []
     with_labels = 0
@@ -195,6 +199,10 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
                 parts = line.split()
                 if not parts:
                     continue
+                if len(parts) > 5:  # scoring its first four numbers as a box would be a wrong score, silently
+                    raise InputError(f"{txt}:{n}: {len(parts) - 1} numbers after the class: a segmentation polygon "
+                                     "(or keypoints) row, and val scores boxes. Note: give detection labels, "
+                                     "'class cx cy w h' (normalised) per line")
                 try:
                     values = [float(v) for v in parts[:5]]
                 except ValueError:
@@ -204,9 +212,11 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
                     raise InputError(f"{txt}:{n}: expected 'class cx cy w h' (normalised) with class "
                                      f"0..{len(names) - 1}, got {line.strip()[:60]!r}")
                 rows.append(values)
-        frame = cv2.imread(str(image), cv2.IMREAD_COLOR)
-        if frame is None:
-            log.warning("%s: cannot decode image, skipped", image)
+        try:
+            frame = decode_image_file(image, budget)  # bounded, and by bytes: any file name works
+        except ImageSkipped as exc:
+            skipped[isinstance(exc, ImageTooLarge)] += 1
+            log.warning("%s; skipped", exc)
             continue
         height, width = frame.shape[:2]
         arr = np.array(rows, np.float64).reshape(-1, 5)
@@ -217,7 +227,8 @@ def _load_yolo(labels_dir: Path, images_dir: Path, label_names: Sequence[str] | 
     if not with_labels:
         raise InputError(f"{labels_dir}: no label file matches an image in {images_dir} "
                          "(expected NAME.txt per NAME.jpg)")
-    return GroundTruth(names, tuple(out), "yolo", 0, tuple(range(len(names))))
+    return GroundTruth(names, tuple(out), "yolo", 0, unreadable_images=skipped[0], large_images=skipped[1],
+                       category_ids=tuple(range(len(names))))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -29,7 +29,10 @@ class Tricklers:
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                # from another address than the legitimate GET's (both loopback): one address may hold only half
+                # of a server's connections, so the attacker's own address is what it exhausts
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                              source_address=("127.0.0.2", 0)) as s:
                     self.connects += 1
                     s.sendall(b"GET / HTTP/1.1\r\n")
                     while not self.stop.wait(1.0):

@@ -65,4 +65,4 @@ def open_captured(config: SourceConfig, sources: int) -> FrameSource:
         return ProcessCaptureSource(config)
     from edgert.io.sources import open_source
 
-    return open_source(config)
+    return open_source(config, among=sources)

@@ -7,8 +7,10 @@ the in-process capture, so the same decoder and the same pixels) and decodes int
 copied in the main process. The slot is lent to the pipeline's frame until that frame comes back for its
 next image (``read(out)`` with ``out`` the slot view): then it goes back to the worker.
 
-A worker that dies (killed, crashed in a driver) closes its pipe: ``read()`` raises :class:`SourceError`
-naming the source and how the worker ended, so a run with several sources drops that one and goes on.
+A worker that dies (killed, crashed in a driver) closes its pipe. A live source's worker is started again
+with the backoff of a lost stream (:class:`~edgert.io.capture.restart.WorkerRestarts`: ``reconnecting`` while
+it comes back, counted in ``reconnects``); a file's worker is not (its frames would repeat), so ``read()`` raises
+:class:`SourceError` naming the source and how the worker ended, and a run with several sources drops that one.
 
 A live source still down at start fails :meth:`open` like any other, but its worker stays: when the run's other
 sources opened, :mod:`edgert.pipeline.startup` calls :attr:`open_in_background` (as for the in-process
@@ -35,6 +37,7 @@ import numpy as np
 
 from edgert.errors import SourceError, process_ended
 from edgert.io.capture.hub import MessageHub
+from edgert.io.capture.restart import WorkerRestarts
 from edgert.io.capture.ring import FrameRing, slot_bytes_for
 from edgert.io.sources import FrameSource
 from edgert.redact import redact
@@ -57,7 +60,7 @@ _GONE = ("gone",)  # the inbox's mark: the worker's end of the pipe closed here
 _NONE_YET: tuple[tuple[()], None] = ((), None)  # take(): nothing read yet
 
 
-class ProcessCaptureSource(FrameSource):
+class ProcessCaptureSource(WorkerRestarts, FrameSource):
     """``config``'s source, decoded by a worker process into a shared ring of frame slots."""
 
     lends_buffers = True  # read() returns the ring's own arrays: the pipeline adopts them, no copy
@@ -164,6 +167,7 @@ class ProcessCaptureSource(FrameSource):
         slot_bytes, slots)`` (the GPU processor's) pins it for the GPU."""
         if self._ring is not None:
             return
+        self._attach_args = (frames, register)  # for the ring of a restarted worker
         if self._late is not None:  # not up yet: the ring is made at its first frame, sized by it
             self._late = (frames, register)
             return
@@ -222,7 +226,7 @@ class ProcessCaptureSource(FrameSource):
         self._opened = False
 
     # -- frames -------------------------------------------------------------------------------------------
-    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+    def _read(self, out: np.ndarray | None = None) -> np.ndarray | None:
         if self._ring is None:
             if self._proc is None:
                 return None
@@ -436,7 +440,8 @@ class ProcessCaptureSource(FrameSource):
             self._apply(msg[5])
 
     def _apply(self, counters: tuple[Any, ...]) -> None:
-        dropped, skipped, self.reconnects, self.stalls, end_reason, self.ended_early, self.reconnecting = counters
+        dropped, skipped, reconnects, self.stalls, end_reason, self.ended_early, self.reconnecting = counters
+        self.reconnects = int(reconnects) + self.worker_restarts  # a worker's own count starts at 0 again
         self.worker_dropped = int(dropped)
         self.dropped = self._stale + self.worker_dropped
         self.skipped_by_reason = dict(skipped)
@@ -501,4 +506,5 @@ class ProcessCaptureSource(FrameSource):
         if proc is not None:
             proc.join(timeout=1.0)
         code = None if proc is None else proc.exitcode
+        self._died = True
         return SourceError(f"{self.uri}: capture worker {process_ended(code)} while {doing}")

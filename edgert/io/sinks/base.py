@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import logging
 import os
 import queue
@@ -144,13 +145,19 @@ class Sink(abc.ABC):
         self.close()
 
 
-def claim_file(path: Path, what: str) -> tuple[int, bool]:
-    """Open ``path`` for writing without truncating it, locked; (fd, whether this call created it)."""
+def claim_file(path: Path, what: str, append: bool = False) -> tuple[int, bool]:
+    """Open ``path`` for writing without truncating it, locked; (fd, whether this call created it). ``append``:
+    every write goes to the file's end (``O_APPEND``), wherever another process truncated it to."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = os.path.lexists(path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # O_NONBLOCK: a FIFO with no reader fails at once (ENXIO) instead of blocking the open past a stop
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_APPEND if append else 0)
+        fd = os.open(path, flags, 0o644)
+        os.set_blocking(fd, True)  # the writes wait for the disk (or the FIFO's reader) as before
     except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise SinkError(f"{path}: a FIFO nothing reads from. Note: start its reader first") from None
         raise SinkError(f"{path}: cannot write {what} here: {exc.strerror or exc}") from None
     try:
         lock_output(fd, path)

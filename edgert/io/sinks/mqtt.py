@@ -4,7 +4,9 @@
 JSONL sink's records: one per frame (``{"frame", "timestamp", "detections"}``) and one per analytics event
 (``{"type": "line_cross", ...}``), all on the one topic. Query options: ``qos=0|1|2`` (default 1),
 ``events=only`` (no frame records), ``queue=N`` (messages held while the broker is away, default 10000),
-``client_id=ID``, ``keepalive=S``, ``close_timeout=S`` (default 10), ``ca=PATH`` (mqtts: a private CA).
+``client_id=ID``, ``keepalive=S``, ``close_timeout=S`` (default 10), ``ca=PATH`` (mqtts: a private CA),
+``connect_timeout=S`` (default 10: a connection not complete by then is a warning, repeated while it lasts, and
+``edgert_sink_connected 0`` in ``/metrics``: :mod:`edgert.io.sinks.mqtt_health`).
 
 Credentials come from the environment only, ``EDGERT_MQTT_USERNAME`` and ``EDGERT_MQTT_PASSWORD`` (a
 service reads them from its EnvironmentFile): a URI with ``user:password@`` is refused, since command lines
@@ -34,6 +36,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from edgert._lazy import lazy_import
 from edgert.errors import SinkError
 from edgert.io.sinks.base import FrameResult, Sink, StreamInfo, event_records, result_records
+from edgert.io.sinks.mqtt_health import ConnectionWatch, claim_client_id, release_client_id
+from edgert.redact import redact, split_userinfo
 
 __all__ = ["ENV_PASSWORD", "ENV_USERNAME", "MqttSink"]
 
@@ -41,7 +45,7 @@ log = logging.getLogger(__name__)
 
 ENV_USERNAME = "EDGERT_MQTT_USERNAME"
 ENV_PASSWORD = "EDGERT_MQTT_PASSWORD"
-_OPTIONS = ("qos", "events", "queue", "client_id", "keepalive", "close_timeout", "ca")
+_OPTIONS = ("qos", "events", "queue", "client_id", "keepalive", "close_timeout", "ca", "connect_timeout")
 _MAX_QUEUE = 60000  # paho's message ids are 16-bit: keep every pending id distinct
 _MAX_TOPIC_BYTES = 65535  # MQTT's length prefix
 
@@ -68,13 +72,18 @@ class MqttSink(Sink):
 
     def __init__(self, uri: str, host: str, port: int, topic: str, *, tls: bool = False, qos: int = 1,
                  events_only: bool = False, max_queued: int = 10000, client_id: str | None = None,
-                 keepalive: int = 30, close_timeout: float = 10.0, ca_certs: str | None = None) -> None:
+                 keepalive: int = 30, close_timeout: float = 10.0, ca_certs: str | None = None,
+                 connect_timeout: float = 10.0) -> None:
         super().__init__(uri)
         self.host, self.port, self.topic, self.tls = host, port, topic, tls
         self.qos, self.events_only, self.max_queued = qos, events_only, max_queued
         # One id per sink instance, the same at every start: two sinks (one per source) never take over each
         # other's session at the broker, and a restarted service finds its own.
         self.client_id = client_id or _stable_client_id(host, port, topic)
+        self._own_id = client_id is None  # ours to make unique per process at open (claim_client_id)
+        self._base_id = self.client_id
+        self.connect_timeout = connect_timeout
+        self._watch: ConnectionWatch | None = None
         self.keepalive, self.close_timeout, self.ca_certs = keepalive, close_timeout, ca_certs
         self.published = 0  # messages the broker acknowledged (QoS 0: written to the socket)
         self.connects = 0
@@ -91,12 +100,19 @@ class MqttSink(Sink):
     # -- URI ----------------------------------------------------------------------------------------
     @classmethod
     def from_uri(cls, uri: str) -> MqttSink:
-        parts = urlsplit(uri.replace("#", "%23"))  # '#' is a topic wildcard here, not a URL fragment
-        tls = parts.scheme == "mqtts"
-        if parts.username is not None or parts.password is not None:
-            raise SinkError(f"{parts.scheme}://{parts.hostname or ''}...: credentials do not belong in the URI "
+        scheme, _, rest = uri.partition("://")
+        # User info is read as redaction reads it (up to the last '@'): a password holding '/', '?' or '#'
+        # would otherwise pass for a host and a topic, and be published to and shown.
+        userinfo, after = split_userinfo(rest)
+        if userinfo:
+            raise SinkError(f"{scheme}://{redact(after)}: credentials do not belong in the URI "
                             f"(command lines show in ps and unit files). Note: set {ENV_USERNAME} and "
-                            f"{ENV_PASSWORD} in the environment")
+                            f"{ENV_PASSWORD} in the environment (an at sign in a topic is written %40)")
+        try:
+            parts = urlsplit(uri.replace("#", "%23"))  # '#' is a topic wildcard here, not a URL fragment
+        except ValueError as exc:  # an unbalanced '[' of an IPv6 host
+            raise SinkError(f"{uri}: {exc}") from None
+        tls = parts.scheme == "mqtts"
         host = parts.hostname
         if not host:
             raise SinkError(f"{uri}: expected {parts.scheme}://HOST[:PORT]/TOPIC")
@@ -133,6 +149,7 @@ class MqttSink(Sink):
             keepalive=int(_number(uri, "keepalive", options.get("keepalive", "30"), 5, 3600)),
             close_timeout=_number(uri, "close_timeout", options.get("close_timeout", "10"), 0, 3600),
             ca_certs=options.get("ca") or None,
+            connect_timeout=_number(uri, "connect_timeout", options.get("connect_timeout", "10"), 0.5, 3600),
         )
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -157,6 +174,8 @@ class MqttSink(Sink):
             log.warning("mqtt: broker %s:%d is unreachable (%s); the run goes on, messages wait in the queue "
                         "(queue=%d) and what cannot be delivered is counted as dropped", self.host, self.port,
                         exc.strerror or exc, self.max_queued)
+        if self._own_id:  # two processes publishing to one URI must not share an id (they would disconnect
+            self.client_id = claim_client_id(self._base_id)  # each other in turn); a restart gets its own back
         if hasattr(mqtt, "CallbackAPIVersion"):  # paho-mqtt 2.x (Python 3.9+)
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True)
         else:  # paho-mqtt 1.6 (Python 3.8)
@@ -177,6 +196,7 @@ class MqttSink(Sink):
         self._mqtt = mqtt
         self._client = client
         client.connect_async(self.host, self.port, keepalive=self.keepalive)
+        self._watch = ConnectionWatch(self, self.connect_timeout)
         client.loop_start()
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
@@ -186,6 +206,8 @@ class MqttSink(Sink):
                 self._connected = True
                 self.connects += 1
             log.info("mqtt: connected to %s:%d", self.host, self.port)
+            if self._watch is not None:
+                self._watch.connected()
         else:
             log.error("mqtt: %s:%d refused the connection: %s", self.host, self.port, rc)
 
@@ -195,6 +217,8 @@ class MqttSink(Sink):
             self._connected = False
         if was and not self._closing:
             log.warning("mqtt: lost %s:%d; reconnecting, messages wait in the queue", self.host, self.port)
+            if self._watch is not None:
+                self._watch.lost()
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
         with self._lock:
@@ -276,5 +300,10 @@ class MqttSink(Sink):
         client.disconnect()
         client.loop_stop()
         self._client = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._own_id:
+            release_client_id(self.client_id)
         log.info("mqtt: %d messages acknowledged by %s:%d, %d dropped", self.published, self.host, self.port,
                  self.dropped)

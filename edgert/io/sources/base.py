@@ -22,6 +22,7 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".
 SKIP_UNDECODABLE = "undecodable_frame"  # a frame inside the video failed to decode; later ones did
 SKIP_DAMAGED_END = "damaged_end"  # frames the container lists after the point where decoding stopped for good
 SKIP_UNREADABLE_IMAGE = "unreadable_image"  # an image file of a folder or glob that does not decode
+SKIP_LARGE_IMAGE = "image_too_large"  # an image file whose header gives more pixels than the decode budget
 
 
 class RepeatedWarning:
@@ -91,7 +92,7 @@ class FrameSource(abc.ABC):
         self._opened = False
 
     #: What ``frame_time`` is, for summaries: "media" (a file's own timestamps, or frame index / fps) or
-    #: "capture clock" (live sources: wall-clock seconds when the frame arrived).
+    #: "capture clock" (live sources: when the frame arrived, on a monotonic clock: edgert.io.capture_clock).
     time_base: str = "media"
 
     @abc.abstractmethod

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 
 from edgert.errors import SourceError
+from edgert.image_file import ImageSkipped, ImageTooLarge, decode_image_file, max_pixels
 from edgert.io.sources.base import (
     FILE_TIMEOUT_S,
     IMAGE_SUFFIXES,
     SKIP_DAMAGED_END,
+    SKIP_LARGE_IMAGE,
     SKIP_UNDECODABLE,
     SKIP_UNREADABLE_IMAGE,
     FrameSource,
@@ -353,6 +355,7 @@ class ImageFilesSource(FrameSource):
         self._pending: np.ndarray | None = None
         self.current: Path | None = None  # the file the last frame came from
         self._bad_image = RepeatedWarning(log, "%s: cannot decode image, skipped")
+        self._large_image = RepeatedWarning(log, "%s: skipped")
 
     def open(self) -> None:
         if not self.paths:
@@ -366,17 +369,25 @@ class ImageFilesSource(FrameSource):
         self._opened = True
 
     def _decode_next(self) -> np.ndarray | None:
-        cv2 = _cv2()
+        budget = max_pixels()
         while self._next < len(self.paths):
             path = self.paths[self._next]
             self._next += 1
-            frame = cv2.imread(str(path), cv2.IMREAD_COLOR)
-            if frame is None:
+            try:
+                # bounded by the header's size, and from the file's bytes: a name need not be UTF-8
+                frame = decode_image_file(path, budget)
+            except ImageTooLarge as exc:
+                if len(self.paths) == 1:  # a lone image: nothing else to show, so say why in one line
+                    raise SourceError(f"{exc}") from None
+                self.skip(SKIP_LARGE_IMAGE)
+                self._large_image(exc)
+                continue
+            except ImageSkipped:
                 self.skip(SKIP_UNREADABLE_IMAGE)
                 self._bad_image(path)
                 continue
             self.current = path
-            return frame  # type: ignore[no-any-return]
+            return frame
         return None
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -391,11 +402,13 @@ class ImageFilesSource(FrameSource):
         if frame is None:
             self.end_reason = "end of input"
             self._bad_image.summary(f"{self.uri}: images that could not be decoded")
+            self._large_image.summary(f"{self.uri}: images over the pixel budget")
             return None
         return _into(out, frame)
 
     def close(self) -> None:
         self._bad_image.summary(f"{self.uri}: images that could not be decoded")
+        self._large_image.summary(f"{self.uri}: images over the pixel budget")
         self._opened = False
 
 

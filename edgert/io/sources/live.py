@@ -13,6 +13,7 @@ import numpy as np
 
 from edgert.config import SourceConfig
 from edgert.errors import SourceError, last_line
+from edgert.io.capture_clock import capture_clock
 from edgert.io.sources.base import LIVE_TIMEOUT_S, FrameSource, _cv2, log
 from edgert.io.sources.gstreamer import gstreamer_available
 from edgert.redact import redact
@@ -76,7 +77,7 @@ class LiveSource(FrameSource):
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = fps if 0 < fps < 1000 else None
         self._latest = frame
-        self._latest_time = time.time()
+        self._latest_time = capture_clock()
         self._fresh = True
         self._stopping.clear()
         self._start_grabber(cap, np.empty_like(frame))
@@ -179,7 +180,7 @@ class LiveSource(FrameSource):
                     latest = self._latest
                     spare = latest if latest is not None and latest.shape == frame.shape else None
                     self._latest = frame
-                    self._latest_time = time.time()  # the capture clock: when the frame arrived
+                    self._latest_time = capture_clock()  # when the frame arrived, on a clock that never steps
                     self._fresh = True
                     self._cond.notify_all()
         finally:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from edgert.config import SourceConfig
 from edgert.errors import ConfigError, SourceError
 from edgert.io.audio_sources import AUDIO_ROWS
@@ -57,10 +59,10 @@ def _is_camera(uri: str) -> bool:
     return uri.startswith("v4l2://") or uri.isdigit() or re.fullmatch(r"/dev/video\d+", uri) is not None
 
 
-def _v4l2(uri: str, config: SourceConfig) -> FrameSource:
+def _v4l2(uri: str, config: SourceConfig, must_exist: bool = True) -> FrameSource:
     if uri.startswith("v4l2://"):
-        return _camera(uri, uri[len("v4l2://"):], config)
-    return _camera(uri, f"/dev/video{uri}" if uri.isdigit() else uri, config)
+        return _camera(uri, uri[len("v4l2://"):], config, must_exist)
+    return _camera(uri, f"/dev/video{uri}" if uri.isdigit() else uri, config, must_exist)
 
 
 def _is_images(uri: str) -> bool:
@@ -148,8 +150,42 @@ def source_help() -> str:
     return ", ".join(row.example for row in SOURCES)
 
 
-def open_source(source: SourceConfig | str) -> FrameSource:
-    """The source for a URI (or a :class:`SourceConfig`), not yet opened: use it in a ``with`` block."""
+class UnopenedSource(FrameSource):
+    """A source that could not even be made (a missing file or device node, an empty folder), one of several:
+    it fails at ``open``, where the run drops a source that does not open and goes on with the others."""
+
+    kind = "unopened"
+
+    def __init__(self, uri: str, error: SourceError) -> None:
+        super().__init__(uri)
+        self.error = error
+
+    def open(self) -> None:
+        raise self.error
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def open_source(source: SourceConfig | str, among: int = 1) -> FrameSource:
+    """The source for a URI (or a :class:`SourceConfig`), not yet opened: use it in a ``with`` block.
+
+    With ``among`` > 1 (the run's source count) a source that cannot be made fails at ``open`` instead: a
+    camera's device node that is absent is retried like a network camera that is down (it may be plugged in or
+    come up later), anything else (a missing file, an empty folder) drops out of the run as a file that does
+    not open does; alone, either is the run's one-line error at once."""
+    if among > 1:
+        try:
+            return open_source(source, 1)
+        except SourceError as exc:
+            config = SourceConfig(uri=source) if isinstance(source, str) else source
+            uri = config.uri.strip()
+            if source_kind(uri).name == "v4l2":
+                return _v4l2(uri, config, must_exist=False)
+            return UnopenedSource(uri, exc)
     config = SourceConfig(uri=source) if isinstance(source, str) else source
     uri = config.uri.strip()
     if not uri:
@@ -194,7 +230,7 @@ def source_kind(uri: str) -> SourceKind:
     return next(row for row in SOURCES if row.accepts(text))
 
 
-def _camera(uri: str, device: str, config: SourceConfig) -> LiveSource:
-    if not Path(device).exists():
+def _camera(uri: str, device: str, config: SourceConfig, must_exist: bool = True) -> LiveSource:
+    if must_exist and not Path(device).exists():
         raise SourceError(f"{device}: no such camera device. Note: `edgert info` lists the cameras it sees")
     return LiveSource(uri, _v4l2_opener(device, config), kind="v4l2", timeout=config.timeout_s)

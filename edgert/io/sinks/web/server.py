@@ -132,7 +132,8 @@ class _Server(BoundedHTTPServer):
 
     def __init__(self, address: tuple[str, int], sink: WebPreviewSink) -> None:
         self.sink = sink
-        super().__init__(address, _Handler, max_clients=MAX_CLIENTS)
+        # one address holds at most half (a page of 16 tiles fits): other viewers still get in
+        super().__init__(address, _Handler, max_clients=MAX_CLIENTS, max_per_client=MAX_CLIENTS // 2)
 
 
 class WebPreviewSink(Sink):
@@ -183,6 +184,10 @@ class WebPreviewSink(Sink):
             self._server = _Server((self.host, self.port), self)
         except OSError as exc:
             raise SinkError(f"{self.uri}: cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
+        if self.port == 0:  # the port the system chose is what the run announces and shows, not ":0"
+            self.port = int(self._server.server_address[1])
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            self.uri = f"http://{host}:{self.port}"
         self.port = int(self._server.server_address[1])
 
     def open(self, info: StreamInfo) -> None:
