@@ -313,24 +313,34 @@ def nothing_saved_note(config: Any) -> str | None:
 
 
 class _Progress(BaseObserver):
-    """A tqdm bar on stderr (only when stderr is a terminal), fed from the pipeline's progress."""
+    """Frames done, on stderr (:class:`~edgert.cli.progress.Progress`: a bar on a terminal, a few lines otherwise),
+    with the total when the sources know it (files, folders). Made at the start, when the sources are open."""
 
-    def __init__(self, total: int | None) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False)
+    def __init__(self, label: str = "run") -> None:
+        self._label = label
+        self._progress: Any = None
         self._last = 0
 
+    def on_start(self, info: dict[str, Any]) -> None:
+        from edgert.cli.progress import Progress
+
+        total = info.get("expected_frames")
+        if total != 1:  # one image: nothing to wait for
+            self._progress = Progress(self._label, total, unit="frame")
+
     def on_frame(self, stats: Any) -> None:
-        if stats.frames - self._last >= 10:
-            self._bar.update(stats.frames - self._last)
+        if self._progress is not None and stats.frames - self._last >= 10:
+            self._progress.update(stats.frames - self._last, f"{stats.fps:.1f} fps")
             self._last = stats.frames
-            self._bar.set_postfix_str(f"{stats.fps:.1f} fps", refresh=False)
 
     on_frames = on_frame  # by the count's difference: a batch at once is the same
 
     def on_stop(self, summary: dict[str, Any]) -> None:
-        self._bar.close()
+        if self._progress is not None:
+            frames = summary.get("frames")
+            if isinstance(frames, int) and frames > self._last:
+                self._progress.update(frames - self._last)
+            self._progress.close()
 
 
 def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | None = None) -> dict[str, Any]:
@@ -356,8 +366,8 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
 
         report = attach_report(observers, args.report, config.power.budget_w, config.power.rail)
     observers.append(_AnnouncePreviews())
-    if sys.stderr.isatty() and not getattr(args, "json", False):
-        observers.append(_Progress(config.runtime.max_frames))
+    if not getattr(args, "json", False):
+        observers.append(_Progress(getattr(args, "progress_label", "run")))
     summary: dict[str, Any] = Pipeline(config, observers=observers).run()
     if report is not None:
         print(f"edgert: report written to {report.path}", file=sys.stderr)
