@@ -93,12 +93,15 @@ def run(args: argparse.Namespace) -> int:
     config = PipelineConfig(
         model=ModelConfig(path=str(model), backend=args.backend, threads=args.threads or 0),
         source=SourceConfig(uri=str(video)),
-        decode=DecodeConfig(conf=0.35, iou=0.45, max_det=100),  # as configs/nanodet-vtest.yaml
+        decode=DecodeConfig(),  # run's defaults: the demo's numbers are what `edgert run` gives on the same clip
         sinks=(args.out, *(args.sink or ())),
         runtime=RuntimeConfig(max_frames=args.max_frames),
     )
     args.metrics = None
+    args.progress_label = "demo"
     print(which, file=sys.stderr, flush=True)
+    if Path(args.out).exists():
+        print(f"edgert: {args.out} exists; the demo replaces it", file=sys.stderr, flush=True)
     summary = execute(config, args)
     if args.json:
         print(json.dumps(summary, indent=2))

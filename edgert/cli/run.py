@@ -240,7 +240,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})")
     speech = summary.get("speech")
     unit = "chunks" if speech else "frames"
-    lines.append(f"{unit:<10} {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
+    if summary.get("frames") == 1 and not speech:  # one image: a rate means nothing
+        lines.append(f"{unit:<10} 1 ({summary.get('stopped_by')})")
+    else:
+        lines.append(f"{unit:<10} {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
     if speech:
         from edgert.cli.task_flags import speech_lines
 
@@ -260,7 +263,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"undecodable {sum(undecodable.values())} ({reasons})")
     per_class = summary.get("detections_per_class") or {}
     top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
-    lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))
+    limits = summary.get("thresholds") or {}
+    at = f" at conf {limits['conf']:g}, iou {limits['iou']:g}" if limits and not speech else ""
+    lines.append(f"detections {summary.get('detections', 0)}{at}" + (f" ({top})" if top else ""))
     lines.extend(count_lines(summary))
     skipped = summary.get("skipped") or {}
     if skipped:
