@@ -58,7 +58,7 @@ class Progress:
             width = _columns(self._stream)  # a terminal that reports no size (a serial console): tqdm draws nothing
             self._bar = tqdm(total=self.total, desc=label, unit=unit, file=self._stream, dynamic_ncols=not width,
                              ncols=width, nrows=24 if width else None, leave=False)
-        else:
+        elif unit != "step":  # steps announce themselves (step())
             self._line(f"{self.total} {unit}s" if self.total else "started")
 
     def _line(self, text: str) -> None:
@@ -90,6 +90,15 @@ class Progress:
         elif now - self._last_line >= PLAIN_EVERY_S:
             self._last_line = now
             self._line(f"{self.count} {self.unit}s" + (f", {note}" if note else ""))
+
+    def step(self, text: str) -> None:
+        """One step of a few (a conversion, then its check): a plain line for each, or the bar's note."""
+        if not self._quiet and self._bar is None and not self._closed:
+            shown = f"{self.count + 1}/{self.total} " if self.total else ""
+            self._line(f"{shown}{text}")
+            self.count += 1
+            return
+        self.update(1, text)
 
     def close(self) -> None:
         if self._closed:

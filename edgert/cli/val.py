@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from edgert.atomic_file import write_atomic
+    from edgert.cli.progress import Progress
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError, InputError
     from edgert.vision.detector import Detector
@@ -74,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
     decode = dataclasses.replace(config.decode, conf=args.conf, **({"iou": args.iou} if args.iou is not None else {}))
     config = dataclasses.replace(config, decode=decode)
     found = []
-    with Detector(args.model, config, backend=args.backend) as det:
+    with Detector(args.model, config, backend=args.backend) as det, \
+            Progress("val", len(truth.images), unit="image", quiet=args.json) as progress:
         for image in truth.images:
             found.append(det(image.path))
+            progress.update()
         names = det.names
     result = evaluate(truth, found, names).to_dict()
     result["model"] = str(args.model)

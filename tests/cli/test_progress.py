@@ -99,3 +99,13 @@ def test_plain_progress_prints_quarters_and_the_end() -> None:
     assert quiet.getvalue() == "" and p.count == 3
 
 
+
+
+def test_steps_print_a_line_each() -> None:
+    stream = io.StringIO()
+    with Progress("convert m.onnx", total=2, unit="step", stream=stream, terminal=False) as p:
+        p.step("converting to FP16")
+        p.step("checking")
+    lines = stream.getvalue().splitlines()
+    assert lines[:2] == ["edgert: convert m.onnx: 1/2 converting to FP16", "edgert: convert m.onnx: 2/2 checking"]
+    assert lines[2].startswith("edgert: convert m.onnx: done, 2 steps in ") and len(lines) == 3
