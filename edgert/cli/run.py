@@ -48,6 +48,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the backend (0: its default)")
     p.add_argument("--conf", type=float, metavar="X", help="confidence threshold (decode.conf)")
     p.add_argument("--iou", type=float, metavar="X", help="NMS IoU threshold (decode.iou)")
+    p.add_argument("--classes", metavar="NAME[,NAME]",
+                   help="keep only these classes, by name or id (person,car or 0,2; decode.classes)")
     p.add_argument("--loop", action="store_true", help="restart a video or image folder at its end")
     p.add_argument("--realtime", action="store_true",
                    help="deliver a video file at its own frame rate, as a camera would (source.realtime)")
@@ -153,6 +155,11 @@ def build_config(args: argparse.Namespace) -> Any:
     model = _replace(config.model, {"threads": "--threads", "path": "--model", "backend": "--backend"},
                      path=args.model, backend=args.backend, threads=args.threads)
     decode = _replace(config.decode, {"conf": "--conf", "iou": "--iou"}, conf=args.conf, iou=args.iou)
+    if getattr(args, "classes", None):
+        from edgert.cli.class_flag import class_ids, model_class_names
+
+        decode = dataclasses.replace(decode, classes=class_ids(args.classes, model_class_names(model.path,
+                                                                                              decode.names)))
     uris = list(args.source or [])
     loop = True if args.loop else None
     preload = True if getattr(args, "preload", False) else None
