@@ -337,8 +337,9 @@ class _Progress(BaseObserver):
         from edgert.cli.progress import Progress
 
         total = info.get("expected_frames")
-        if total != 1:  # one image: nothing to wait for
-            self._progress = Progress(self._label, total, unit="frame")
+        if total == 1 or (total is None and not sys.stderr.isatty()):
+            return  # one image: nothing to wait for; a camera in a log (a service): no end to count towards
+        self._progress = Progress(self._label, total, unit="frame")
 
     def on_frame(self, stats: Any) -> None:
         if self._progress is not None and stats.frames - self._last >= 10:

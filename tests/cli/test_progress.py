@@ -109,3 +109,15 @@ def test_steps_print_a_line_each() -> None:
     lines = stream.getvalue().splitlines()
     assert lines[:2] == ["edgert: convert m.onnx: 1/2 converting to FP16", "edgert: convert m.onnx: 2/2 checking"]
     assert lines[2].startswith("edgert: convert m.onnx: done, 2 steps in ") and len(lines) == 3
+
+
+
+def test_a_live_source_in_a_log_gets_no_progress_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """A camera has no end to count towards: a service's journal must not fill with progress lines."""
+    from edgert.cli.run import _Progress
+
+    for total, shown in ((None, False), (1, False), (30, True)):  # a camera, one image, a file
+        observer = _Progress()
+        observer.on_start({"expected_frames": total})
+        observer.on_stop({"frames": 30})
+        assert ("edgert: run:" in capsys.readouterr().err) is shown, total
