@@ -64,13 +64,6 @@ class Progress:
     def _line(self, text: str) -> None:
         print(f"edgert: {self.label}: {text}", file=self._stream, flush=True)
 
-    def set_total(self, total: int | None) -> None:
-        """The total, once it is known (a source opens after the bar starts)."""
-        self.total = total if total and total > 0 else None
-        if self._bar is not None:
-            self._bar.total = self.total
-            self._bar.refresh()
-
     def update(self, n: int = 1, note: str | None = None) -> None:
         self.count += n
         if self._quiet or self._closed:
