@@ -32,6 +32,7 @@ _LAZY = {
     "Detections": "edgert.vision.detections",
     "Detector": "edgert.vision.detector",
     "Pipeline": "edgert.pipeline",
+    "demo_files": "edgert.demo_files",
 }
 
 
@@ -60,6 +61,7 @@ __all__ = [
     "SessionOptions",
     "TensorSpec",
     "__version__",
+    "demo_files",
     "get_backend",
     "load_config",
     "open_session",

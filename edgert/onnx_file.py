@@ -14,7 +14,30 @@ from edgert.errors import ModelError, first_line
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["read_onnx"]
+__all__ = ["foreign_model_error", "read_onnx"]
+
+#: Files people have where edgert needs an ONNX, and what they are (ONNX Runtime would say INVALID_PROTOBUF).
+FOREIGN_MODELS = {
+    ".pt": "a PyTorch checkpoint", ".pth": "a PyTorch checkpoint", ".torchscript": "a TorchScript model",
+    ".tflite": "a TensorFlow Lite model", ".pb": "a TensorFlow graph", ".keras": "a Keras model",
+    ".h5": "a Keras model", ".safetensors": "a weights file", ".ckpt": "a training checkpoint",
+    ".engine": "a TensorRT engine", ".plan": "a TensorRT engine", ".trt": "a TensorRT engine",
+}
+
+
+def foreign_model_error(path: Path) -> ModelError | None:
+    """A one-line error naming the export step when ``path`` is another framework's model, else None."""
+    kind = FOREIGN_MODELS.get(path.suffix.lower())
+    if kind is None:
+        return None
+    if kind == "a TensorRT engine":
+        how = "run the .onnx it was built from (an Ultralytics engine: yolo export model=X.pt format=onnx)"
+    elif path.suffix.lower() in (".pt", ".pth", ".torchscript"):
+        how = (f"export it first: yolo export model={path.name} format=onnx (Ultralytics; "
+               "other PyTorch models: torch.onnx.export)")
+    else:
+        how = "export it to ONNX first (e.g. tf2onnx for TensorFlow / TFLite)"
+    return ModelError(f"{path}: {kind}; edgert needs an ONNX model here. Note: {how}")
 
 
 def read_onnx(path: str | Path, weights: bool = True) -> onnx.ModelProto:
@@ -27,6 +50,9 @@ def read_onnx(path: str | Path, weights: bool = True) -> onnx.ModelProto:
     p = Path(path)
     if not p.is_file():
         raise ModelError(f"{p}: model file not found")
+    foreign = foreign_model_error(p)
+    if foreign is not None:
+        raise foreign
     try:
         return onnx.load(str(p), load_external_data=weights)
     except Exception as exc:  # protobuf raises DecodeError and friends for damaged files

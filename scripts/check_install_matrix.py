@@ -10,7 +10,10 @@ JetPack's OpenCV and TensorRT bindings are built against numpy 1.x) and each ext
 and fails (exit 1, one line per failure) when a resolve fails, when an extra other than ``[opencv]`` brings
 any OpenCV wheel, when anything brings ``opencv-python`` / ``opencv-contrib-python`` (the GUI wheels that
 shadow JetPack's GStreamer build), or when numpy 2 lands on a ``numpy<2`` row. The requirements are read
-from pyproject.toml (no build of edgert itself); ``test`` and ``dev`` are CI's extras, not a board's.
+from pyproject.toml (no build of edgert itself; an extra's ``edgert[a,b]`` line is expanded to those extras).
+``test`` and ``dev`` are CI's extras, not a board's: they are resolved on the desktop rows (where CI runs),
+where they may bring the headless OpenCV (they include ``[opencv]``) but never ``opencv-python``: a test venv
+with both has two packages owning ``cv2/``, and removing either breaks the other.
 
 What cannot be checked this way, and why: ``pycuda`` (``[gpu]``) ships no wheels (it is built on the board
 against CUDA: jetson/install.sh), so ``[gpu]`` is resolved without it; ``[rtx]`` is for desktop RTX GPUs,
@@ -37,8 +40,8 @@ from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Extras that are CI's own (they pull the reference tracker, linters): not checked.
-SKIP_EXTRAS = ("test", "dev")
+#: Extras that are CI's own (test tools, linters): resolved on the desktop rows only, OpenCV headless allowed.
+CI_EXTRAS = ("test", "dev")
 #: Requirements no row can resolve as wheels, left out of their extra (the docstring says why).
 NO_WHEELS = ("pycuda", "tensorrt-rtx-cu13")
 #: Extras for desktop GPUs only: resolved on the x86_64 rows.
@@ -83,20 +86,32 @@ def _name(req: str) -> str:
     return req.lower().replace("_", "-")
 
 
+def expand(extras: dict[str, list[str]], extra: str) -> list[str]:
+    """An extra's requirements with its ``edgert[a,b]`` lines replaced by those extras' (recursively)."""
+    out: list[str] = []
+    for req in extras[extra]:
+        if _name(req) == "edgert" and "[" in req:
+            for inner in req[req.index("[") + 1:req.index("]")].split(","):
+                out += [r for r in expand(extras, inner.strip()) if r not in out]
+        elif req not in out:
+            out.append(req)
+    return out
+
+
 def jobs_for(pyproject: dict[str, Any], per_extra: bool = False) -> list[tuple[Row, str, list[str]]]:
     project = pyproject["project"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
     base = list(project["dependencies"])
     out: list[tuple[Row, str, list[str]]] = []
     for row in ROWS:
         groups: dict[str, list[str]] = {}
-        for extra, reqs in project["optional-dependencies"].items():
-            if extra in SKIP_EXTRAS:
-                continue
-            if (row.machine == "x86_64") != (extra in DESKTOP_ONLY):
-                continue  # the desktop rows are there for [rtx]; every other extra is checked on the boards
-            wanted = [r for r in reqs if _name(r) not in NO_WHEELS]
-            key = extra if per_extra or extra == "opencv" else "+".join(
-                e for e in project["optional-dependencies"] if e not in (*SKIP_EXTRAS, "opencv")
+        for extra in extras:
+            desktop = extra in DESKTOP_ONLY or extra in CI_EXTRAS
+            if (row.machine == "x86_64") != desktop:
+                continue  # the desktop rows are there for [rtx] and CI's extras; the rest is checked on the boards
+            wanted = [r for r in expand(extras, extra) if _name(r) not in NO_WHEELS]
+            key = extra if per_extra or extra in ("opencv", *CI_EXTRAS) else "+".join(
+                e for e in extras if e not in (*CI_EXTRAS, "opencv")
                 and (row.machine == "x86_64") == (e in DESKTOP_ONLY))
             groups.setdefault(key, []).extend(wanted)
         for key, wanted in groups.items():
@@ -139,7 +154,7 @@ def check(row: Row, extra: str, reqs: list[str], timeout: float) -> dict[str, An
     result["numpy"] = versions.get("numpy", "")
     problems = [f"brings {n} {versions[n]}" for n in FORBIDDEN if n in versions]
     cv = sorted(n for n in versions if n.startswith("opencv") and n not in FORBIDDEN)
-    if extra != "opencv" and cv:
+    if extra not in ("opencv", *CI_EXTRAS) and cv:
         problems.append(f"brings a second OpenCV: {', '.join(cv)}")
     if row.numpy1 and versions.get("numpy", "0").split(".")[0] != "1":
         problems.append(f"brings numpy {versions.get('numpy')} on a numpy<2 row")

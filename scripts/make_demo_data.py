@@ -10,6 +10,10 @@ a short clip, cut from the assets (whose provenance and licences ``../shared/ass
 - ``vtest-384x288.mp4``: the first ``--frames`` frames of ``video/vtest.avi`` (768x576, 10 fps) at half size,
   H.264 through PyAV's libx264 (``pip install av``), which every OpenCV with FFmpeg decodes.
 
+``val-labels.json`` (the people in 8 frames of the clip, for ``edgert val``) is not made here: FP32 NanoDet
+proposed the boxes and each frame was checked by eye (``edgert/demo_data/LICENSES`` says how); a new clip
+needs new labels made the same way.
+
 Run it again to reproduce the files (the clip is byte-identical only with the same libx264); it prints
 sizes, sha256.
 

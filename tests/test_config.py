@@ -79,6 +79,7 @@ def test_bad_config_through_cli_is_one_line(tmp_path: Path) -> None:
 
 
 def test_good_config_through_cli_round_trips(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"")  # edgert config checks that the files it names are there
     result = run_cli("config", str(write(tmp_path, GOOD)))
     assert result.returncode == 0, result.stderr
     again = write(tmp_path, result.stdout)
@@ -153,3 +154,16 @@ def test_paths_in_a_file_follow_the_file_not_the_working_directory(tmp_path: Pat
     first, second = load_config(path).sources
     assert first.uri == str(base / "a.mp4") and first.sinks == (str(base / "o.mp4"),)
     assert second.uri == "rtsp://cam/1"
+
+
+def test_edgert_config_names_the_files_that_are_not_there(tmp_path: Path) -> None:
+    from tests.helpers import assert_one_line_error, run_cli
+
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("model: nope.onnx\nsources: [m.onnx, clip.mp4, /dev/video0, '0', 'rtsp://h/x', 'imgs/*.jpg']\n")
+    assert_one_line_error(run_cli("config", str(cfg)),
+                          f"not found: model.path {tmp_path / 'nope.onnx'}, sources[1].uri {tmp_path / 'clip.mp4'}. "
+                          "Note: paths in a config are relative to the config file")
+    cfg.write_text("model: m.onnx\nsource: m.onnx\n")
+    assert run_cli("config", str(cfg)).returncode == 0

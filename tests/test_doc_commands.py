@@ -1,10 +1,11 @@
-"""Every shell command block in README.md and docs/*.md runs as written (issue #23).
+"""Every shell command block in README.md and docs/*.md, and the README's Python block, runs as written.
 
-Each ```bash / ```sh block runs as one ``bash -e`` script in a copy of the repository, with the names the
-docs use for "your model" or "your photos" staged as real files (``yolov8n.onnx``, ``nanodet.onnx``,
-``~/calib-photos``, ``street.mp4``, ...). A command whose comment says ``[needs ...]`` (a Jetson, a camera,
-TensorRT, systemd, root, a broker, minutes of work) is left out and reported; ``[needs the assets]`` ones run
-(this test needs the assets); every other line must exit 0.
+Each ```bash / ```sh block runs as one ``bash -e`` script in a copy of the repository with nothing beside it
+(no ``../shared``, ``EDGERT_ASSETS`` unset), with the names the docs use for "your model" or "your photos"
+staged from the data the package carries (:mod:`edgert.demo_files`: ``yolov8n.onnx``, ``nanodet.onnx`` are
+the FP32 NanoDet rebuilt from it, ``~/calib-photos`` its photos, ``street.mp4`` its clip). A command whose
+comment says ``[needs ...]`` (a Jetson, a camera, TensorRT, systemd, root, a broker, the full assets,
+minutes of work) is left out and reported; every other line must exit 0.
 
 Setting up is the one thing not done for real (a fresh venv and its downloads take minutes): on this test's
 PATH, ``python3 -m venv DIR`` makes DIR/bin/{python,pip,edgert} that run the test's own interpreter with the
@@ -14,7 +15,6 @@ pyproject.toml and installs nothing. ``tests/cli/test_first_hour.py`` runs READM
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -83,45 +83,27 @@ def _shims(bin_dir: Path, clone: Path) -> None:
         (bin_dir / name).chmod(0o755)
 
 
-def _stage(top: Path, clone: Path, assets: Path) -> None:
-    """The files the docs name as the reader's own, and ../shared/assets with a short cut of the video."""
-    import cv2
+def _stage(top: Path, clone: Path) -> None:
+    """The files the docs name as the reader's own, made from the packaged data (no ../shared)."""
+    from edgert.demo_files import demo_files
 
-    detection = assets / "models" / "detection"
-    for name, source in {"nanodet.onnx": "nanodet-m-416-coco-v8layout.onnx", "yolov8n.onnx":
-                         "nanodet-m-416-coco-v8layout.onnx", "yolov8s.onnx": "yolov8s-fall-640.onnx"}.items():
-        os.symlink(detection / source, clone / name)
+    files = demo_files(top / "demo-files")
+    for name in ("nanodet.onnx", "yolov8n.onnx", "yolov8s.onnx"):
+        shutil.copy2(files.model, clone / name)
     tiny_detector(clone / "model.onnx")  # `edgert bench model.onnx`: any model; a small one is quick
-    shutil.copy2(clone / "edgert" / "demo_data" / "vtest-384x288.mp4", clone / "street.mp4")
-    photos = top / "home" / "calib-photos"
-    photos.mkdir(parents=True)
-    for p in sorted((assets / "images").glob("*.jpg"))[:8]:
-        shutil.copy2(p, photos / p.name)
-    shared = top / "shared" / "assets"
-    (shared / "video").mkdir(parents=True)
-    for entry in assets.iterdir():
-        if entry.name != "video":
-            os.symlink(entry, shared / entry.name)
-    cap, out = cv2.VideoCapture(str(assets / "video" / "vtest.avi")), None
-    for _ in range(30):  # 3 s of the sample video: the configs run it whole, quickly
-        ok, frame = cap.read()
-        if not ok:
-            break
-        if out is None:
-            out = cv2.VideoWriter(str(shared / "video" / "vtest.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 10.0,
-                                  (frame.shape[1], frame.shape[0]))
-        out.write(frame)
-    assert out is not None
-    out.release()
+    shutil.copy2(files.video, clone / "street.mp4")
+    shutil.copytree(files.photos, top / "home" / "calib-photos")
 
 
 @pytest.fixture(scope="module")
-def workspace(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     pytest.importorskip("cv2")
+    pytest.importorskip("onnxruntime")
     top = tmp_path_factory.mktemp("docs")
     clone = _clone(top / "edgert")
     _shims(top / "bin", clone)
-    _stage(top, clone, assets)
+    _stage(top, clone)
+    assert not (top / "shared").exists()
     env = {"PATH": f"{top / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(top / "home"),
            "PYTHONPATH": str(clone), "LANG": "C.UTF-8"}
     return clone, env
@@ -135,7 +117,7 @@ def test_doc_command_block_runs_as_written(doc: str, index: int, block: str,
     script, skipped = ["set -e"], []
     for command in commands(block):
         needs = MARKER.search(command)
-        if needs and needs.group(1) != "the assets":  # the fixture has the assets
+        if needs:
             skipped.append(needs.group(1))
             continue
         script.append(command)
@@ -145,6 +127,20 @@ def test_doc_command_block_runs_as_written(doc: str, index: int, block: str,
                        timeout=600)
     assert r.returncode == 0, f"{doc} block {index} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr
+
+
+def python_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [m.group(1) for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", python_blocks(), ids=lambda v: v.split("\n")[2][:30])
+def test_readme_python_block_runs_as_written(block: str, workspace: tuple[Path, dict[str, str]]) -> None:
+    clone, env = workspace
+    r = subprocess.run([sys.executable, "-c", block], cwd=clone, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"README Python block failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
 def test_every_block_is_found_and_markers_are_recognised() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgert.errors import BackendError, InputError, ModelError
+from edgert.onnx_file import foreign_model_error
 from edgert.types import TensorSpec
 
 __all__ = ["ENGINE_SUFFIXES", "Backend", "BackendProbe", "Session", "SessionOptions"]
@@ -161,7 +162,7 @@ class Backend(abc.ABC):
         if path.suffix.lower() in ENGINE_SUFFIXES:
             raise ModelError(f"{path}: a TensorRT engine; backend {self.name} runs ONNX models. Note: running an "
                              "engine needs TensorRT (--backend tensorrt, or tensorrt-rtx); here, run the .onnx "
-                             "it was built from")
+                             "it was built from (Ultralytics: yolo export model=X.pt format=onnx)")
         return path
 
     @staticmethod
@@ -171,4 +172,7 @@ class Backend(abc.ABC):
             raise ModelError(f"{path}: model file not found")
         if not path.is_file():
             raise ModelError(f"{path}: not a file")
+        foreign = foreign_model_error(path)
+        if foreign is not None and path.suffix.lower() not in ENGINE_SUFFIXES:
+            raise foreign
         return path

@@ -18,10 +18,13 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edgert.cli.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +112,13 @@ def _open_power(hz: float) -> tuple[Any, str | None]:
 
 
 def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duration: float | None = None,
-                  power_hz: float | None = None, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+                  power_hz: float | None = None, trace: dict[str, Any] | None = None,
+                  tick: Callable[[], None] | None = None) -> dict[str, Any]:
     """Measure an open session. Returns JSON-ready figures (milliseconds, frames per second).
 
     ``trace``, when given, receives the raw series for a report: ``latency_ms`` (each timed iteration)
-    and, when watts were sampled, ``watts`` as (seconds since the first sample, watts) pairs.
+    and, when watts were sampled, ``watts`` as (seconds since the first sample, watts) pairs. ``tick`` is
+    called after every call of the model (warm-up included): a progress bar's update.
     """
     from edgert.backends.gpu_session import GpuSession
 
@@ -121,6 +126,8 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
     is_gpu = isinstance(session, GpuSession)
     for _ in range(max(warmup, 0)):
         session.infer()
+        if tick is not None:
+            tick()
     result: dict[str, Any] = {"backend": session.backend_name, "inputs": {k: list(v.shape) for k, v in
                                                                        session.inputs.items()}}
     splits: list[dict[str, float]] = []
@@ -133,12 +140,14 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
     def keep_split() -> None:
         if session.last_timing:
             splits.append(dict(session.last_timing))
+        if tick is not None:
+            tick()
 
     if is_gpu:
         session.timing = True
     if sampler_factory is not None:
         with sampler_factory() as sampler:
-            lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
+            lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else tick)
             sampler.add_frames(len(lat))
         power_summary = sampler.summary()
         if trace is not None:
@@ -146,7 +155,7 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
             t0 = samples[0].reading.time if samples else 0.0
             trace["watts"] = [(s.reading.time - t0, s.reading.total_w) for s in samples]
     else:
-        lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else None)
+        lat, total = _timed_loop(session.infer, iterations, duration, keep_split if is_gpu else tick)
     if is_gpu:
         session.timing = False
     n = len(lat)
@@ -160,7 +169,7 @@ def bench_session(session: Any, iterations: int = 200, warmup: int = 20, duratio
             gpu[key] = _percentiles([s[key] for s in splits])
         for _ in range(max(warmup, 1)):
             session.compute_only()
-        c_lat, c_total = _timed_loop(session.compute_only, n, None)
+        c_lat, c_total = _timed_loop(session.compute_only, n, None, tick)
         compute_fps = len(c_lat) / c_total if c_total else 0.0
         gpu["compute_only_latency_ms"] = _percentiles(c_lat)
         gpu["compute_only_fps"] = compute_fps
@@ -199,6 +208,19 @@ def _run_shapes(shapes: list[str]) -> dict[str, tuple[int, ...]]:
     return {p.name: p.opt for p in parse_shapes(shapes)}
 
 
+def _progress(args: argparse.Namespace, session: Any, label: str) -> Progress:
+    """Calls of the model: warm-up and timed ones (and the compute-only loop of a GPU session); --duration's
+    count is not known ahead."""
+    from edgert.backends.gpu_session import GpuSession
+
+    total = None
+    if args.duration is None:
+        total = max(args.warmup, 0) + args.iterations
+        if isinstance(session, GpuSession):
+            total += args.iterations
+    return Progress(label, total, unit="call", quiet=args.json)
+
+
 def _bench_one(args: argparse.Namespace, backend: str, precision: str,
                trace: dict[str, Any] | None = None) -> dict[str, Any]:
     from edgert.backends import SessionOptions, get_backend
@@ -206,9 +228,10 @@ def _bench_one(args: argparse.Namespace, backend: str, precision: str,
     be = get_backend(backend)
     path, built = _model_for_backend(Path(args.model), be.name, precision, args.shapes)
     options = SessionOptions(threads=args.threads, shapes=_run_shapes(args.shapes))
-    with be.open(path, options) as session:
+    label = f"bench {Path(args.model).name}" + (f" {precision}" if built else "")
+    with be.open(path, options) as session, _progress(args, session, label) as progress:
         res = bench_session(session, args.iterations, args.warmup, args.duration,
-                            args.power_hz if args.power else None, trace)
+                            args.power_hz if args.power else None, trace, progress.update)
     res.update({"model": str(args.model), "backend": be.name, "precision": precision if built else None})
     if built:
         res["engine"] = {"path": str(path), "build": built}
@@ -268,9 +291,9 @@ def bench_batches(args: argparse.Namespace, batches: list[int]) -> dict[str, Any
     for b in batches:
         shapes = {n: (b, *r) for n, r in rest.items()}
         options = SessionOptions(threads=args.threads, shapes=shapes)
-        with be.open(path, options) as session:
+        with be.open(path, options) as session, _progress(args, session, f"bench batch {b}") as progress:
             res = bench_session(session, args.iterations, args.warmup, args.duration,
-                                args.power_hz if args.power else None)
+                                args.power_hz if args.power else None, tick=progress.update)
         res["batch"] = b
         res["calls_per_s"] = res["throughput_fps"]
         res["frames_per_s"] = b * res["throughput_fps"]

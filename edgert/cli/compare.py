@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from edgert.cli.progress import Progress
 
 
 def register(subparsers: Any) -> None:
@@ -54,9 +57,27 @@ def format_comparison(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    import sys
+def _frame_total(args: argparse.Namespace, exclude: list[Path]) -> int | None:
+    """The images (less those calibration used) plus the video's frames: a video shorter than --frames ends
+    the bar early."""
+    from edgert.calib.dataset import CalibrationImages
 
+    total = args.frames if args.video else 0
+    if args.images:
+        try:
+            total += len(CalibrationImages(args.images, exclude=frozenset(Path(p) for p in exclude)))
+        except Exception:  # evaluation_frames reports a bad folder in its own words
+            return None
+    return total or None
+
+
+def _counted(frames: Iterator[tuple[str, Any]], progress: Progress) -> Iterator[tuple[str, Any]]:
+    for item in frames:
+        yield item
+        progress.update()
+
+
+def run(args: argparse.Namespace) -> int:
     from edgert.calib.comparison import compare_detectors, evaluation_frames
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError
@@ -66,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else PipelineConfig()
     exclude = _used_files(args.skip_used) if args.skip_used else []
     frames = evaluation_frames(args.images, args.video, args.frames, exclude)
-    report = compare_detectors(args.reference, args.candidate, frames, config, backend=args.backend,
-                               candidate_backend=args.candidate_backend, progress=sys.stderr.isatty())
+    with Progress("compare", _frame_total(args, exclude), unit="frame", quiet=args.json) as progress:
+        report = compare_detectors(args.reference, args.candidate, _counted(frames, progress), config,
+                                   backend=args.backend, candidate_backend=args.candidate_backend)
     print(json.dumps(report, indent=2) if args.json else format_comparison(report))
     return 0

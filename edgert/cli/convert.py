@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 
@@ -40,21 +41,28 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from edgert._lazy import is_importable
     from edgert.atomic_file import refuse_replacing_input
+    from edgert.cli.progress import Progress
     from edgert.rewrite.fp16 import convert_file, output_agreement
     from edgert.speech.precision import is_whisper_folder
 
     refuse_replacing_input(args.output, args.model)
     if is_whisper_folder(args.model):
         return _run_whisper(args)
-    result = convert_file(args.model, args.output, keep_tail=not args.convert_tail, fp32_nodes=args.keep_float)
-    if not args.no_check and is_importable("onnxruntime"):
-        try:
-            result["check_max_rel_error"] = output_agreement(args.model, args.output)
-        except Exception as exc:  # onnxruntime's pybind11 errors: the check takes dynamic dims as 1, which
-            # a model may not run on (openWakeWord's melspectrogram needs more than one sample)
-            from edgert.errors import first_line
+    check = not args.no_check and is_importable("onnxruntime")
+    progress = Progress(f"convert {Path(args.model).name}", 2 if check else 1, unit="step", quiet=args.json)
+    with progress:
+        progress.step("converting to FP16")
+        result = convert_file(args.model, args.output, keep_tail=not args.convert_tail, fp32_nodes=args.keep_float)
+        if check:
+            progress.step("checking FP16 against FP32 on ONNX Runtime")
+            try:
+                result["check_max_rel_error"] = output_agreement(args.model, args.output)
+            except Exception as exc:  # onnxruntime's pybind11 errors: the check takes dynamic dims as 1, which
+                # a model may not run on (openWakeWord's melspectrogram needs more than one sample)
+                from edgert.errors import first_line
 
-            result["check_skipped"] = f"ONNX Runtime could not run the models on a random input: {first_line(exc)}"
+                result["check_skipped"] = ("ONNX Runtime could not run the models on a random input: "
+                                           f"{first_line(exc)}")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

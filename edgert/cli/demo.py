@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--backend", default="auto", help="backend (default: the best available)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the backend (0: its default)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--files", metavar="DIR",
+                   help="instead of running: write files to try the other commands on into DIR (an FP32 NanoDet "
+                        "rebuilt from the packaged one, 8 photos, a labelled val set, the clip) and list them")
     p.set_defaults(func=run)
 
 
@@ -55,7 +58,29 @@ def find_assets() -> Path | None:
 
 def packaged_data() -> Path:
     """The folder of the demo data inside the package (a plain folder: wheels and editable installs unpack)."""
-    return Path(__file__).resolve().parents[1] / "demo_data"
+    from edgert.demo_files import packaged_data as data
+
+    return data()
+
+
+def write_files(folder: str, as_json: bool) -> int:
+    """``edgert demo --files DIR``: the demo files (:mod:`edgert.demo_files`) in DIR, and what each is for."""
+    import json
+
+    from edgert.demo_files import demo_files
+
+    files = demo_files(folder)
+    rows = {"model": (files.model, "FP32 NanoDet-m COCO, 416x416 (calibrate, convert, rebatch, val, run)"),
+            "photos": (files.photos, f"{len(files.photo_paths())} frames of the clip (calibrate --images, run)"),
+            "val_images": (files.val_images, "the same frames, labelled (val --images)"),
+            "val_labels": (files.val_labels, "COCO labels of their people (val --labels)"),
+            "video": (files.video, "20 s of the pedestrian clip, 384x288 (run --source)")}
+    if as_json:
+        print(json.dumps({k: str(v[0]) for k, v in rows.items()}, indent=2))
+    else:
+        for key, (path, what) in rows.items():
+            print(f"{key:<11} {path}  {what}")
+    return 0
 
 
 def demo_inputs() -> tuple[Path, Path, str]:
@@ -85,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
     from edgert.errors import ConfigError
 
+    if args.files:
+        return write_files(args.files, args.json)
     model, video, which = demo_inputs()
     if args.max_frames is not None and args.max_frames < 1:
         raise ConfigError(f"--max-frames: expected a count >= 1, got {args.max_frames}")
@@ -93,12 +120,15 @@ def run(args: argparse.Namespace) -> int:
     config = PipelineConfig(
         model=ModelConfig(path=str(model), backend=args.backend, threads=args.threads or 0),
         source=SourceConfig(uri=str(video)),
-        decode=DecodeConfig(conf=0.35, iou=0.45, max_det=100),  # as configs/nanodet-vtest.yaml
+        decode=DecodeConfig(),  # run's defaults: the demo's numbers are what `edgert run` gives on the same clip
         sinks=(args.out, *(args.sink or ())),
         runtime=RuntimeConfig(max_frames=args.max_frames),
     )
     args.metrics = None
+    args.progress_label = "demo"
     print(which, file=sys.stderr, flush=True)
+    if Path(args.out).exists():
+        print(f"edgert: {args.out} exists; the demo replaces it", file=sys.stderr, flush=True)
     summary = execute(config, args)
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from edgert import __version__
+from edgert.cli.native_logs import quiet_native_logs
 from edgert.errors import EdgertError, OutputClosed
 from edgert.redact import install_log_redaction, redact
 from edgert.service.journal import JournalFormatter, stderr_is_journal
@@ -36,6 +37,7 @@ def _setup_logging(verbosity: int) -> None:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
     install_log_redaction()  # a camera's password in a URI never reaches the journal
+    quiet_native_logs(verbosity)  # FFmpeg/OpenCV/GStreamer lines only with -v
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
         if not meter.available:
             telemetry = read_telemetry()
             if args.json:
-                print(json.dumps({**meter.info(), "reason": getattr(meter, "reason", ""), "telemetry": telemetry}))
+                # no meter is JSON null, not the null meter's name (a string a program would take for one)
+                print(json.dumps({**meter.info(), "meter": None, "reason": getattr(meter, "reason", ""),
+                                  "telemetry": telemetry}))
             else:
                 print(f"no power meter on this machine: {getattr(meter, 'reason', meter.description)}")
                 if len(telemetry) > 1:

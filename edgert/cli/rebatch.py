@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import onnx
 
     from edgert.atomic_file import atomic_path
+    from edgert.cli.progress import Progress
     from edgert.errors import ConfigError
     from edgert.rewrite.batch import check_batch_rewrite, rewrite_batch
 
@@ -53,11 +54,16 @@ def run(args: argparse.Namespace) -> int:
     src, out = Path(args.model), Path(args.output)
     if out.exists() and src.exists() and out.resolve() == src.resolve():
         raise ConfigError(f"-o {out}: that is the source model; write the rewrite to another file")
-    res = rewrite_batch(src)
-    checked = check_batch_rewrite(src, res.model, batches) if batches and not res.already_dynamic else []
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:  # a killed rebatch leaves the old file (or none), never half a model
-        onnx.save(res.model, str(tmp))
+    with Progress(f"rebatch {src.name}", 3 if batches else 2, unit="step", quiet=args.json) as progress:
+        progress.step("making the batch dynamic")
+        res = rewrite_batch(src)
+        if batches and not res.already_dynamic:
+            progress.step(f"checking batches {','.join(str(b) for b in batches)} against the original")
+        checked = check_batch_rewrite(src, res.model, batches) if batches and not res.already_dynamic else []
+        progress.step(f"writing {out}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp:  # a killed rebatch leaves the old file (or none), never half a model
+            onnx.save(res.model, str(tmp))
     result = {"model": str(src), "output": str(out), "already_dynamic": res.already_dynamic,
               "changes": list(res.changes), "check": checked}
     if args.json:

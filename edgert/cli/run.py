@@ -48,6 +48,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the backend (0: its default)")
     p.add_argument("--conf", type=float, metavar="X", help="confidence threshold (decode.conf)")
     p.add_argument("--iou", type=float, metavar="X", help="NMS IoU threshold (decode.iou)")
+    p.add_argument("--classes", metavar="NAME[,NAME]",
+                   help="keep only these classes, by name or id (person,car or 0,2; decode.classes)")
     p.add_argument("--loop", action="store_true", help="restart a video or image folder at its end")
     p.add_argument("--realtime", action="store_true",
                    help="deliver a video file at its own frame rate, as a camera would (source.realtime)")
@@ -153,6 +155,11 @@ def build_config(args: argparse.Namespace) -> Any:
     model = _replace(config.model, {"threads": "--threads", "path": "--model", "backend": "--backend"},
                      path=args.model, backend=args.backend, threads=args.threads)
     decode = _replace(config.decode, {"conf": "--conf", "iou": "--iou"}, conf=args.conf, iou=args.iou)
+    if getattr(args, "classes", None):
+        from edgert.cli.class_flag import class_ids, model_class_names
+
+        decode = dataclasses.replace(decode, classes=class_ids(args.classes, model_class_names(model.path,
+                                                                                              decode.names)))
     uris = list(args.source or [])
     loop = True if args.loop else None
     preload = True if getattr(args, "preload", False) else None
@@ -240,7 +247,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"source     {src.get('uri')} ({src.get('width')}x{src.get('height')}{rate})")
     speech = summary.get("speech")
     unit = "chunks" if speech else "frames"
-    lines.append(f"{unit:<10} {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
+    if summary.get("frames") == 1 and not speech:  # one image: a rate means nothing
+        lines.append(f"{unit:<10} 1 ({summary.get('stopped_by')})")
+    else:
+        lines.append(f"{unit:<10} {summary.get('frames')} at {summary.get('fps')} fps ({summary.get('stopped_by')})")
     if speech:
         from edgert.cli.task_flags import speech_lines
 
@@ -260,7 +270,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"undecodable {sum(undecodable.values())} ({reasons})")
     per_class = summary.get("detections_per_class") or {}
     top = ", ".join(f"{name} {n}" for name, n in list(per_class.items())[:8])
-    lines.append(f"detections {summary.get('detections', 0)}" + (f" ({top})" if top else ""))
+    limits = summary.get("thresholds") or {}
+    at = f" at conf {limits['conf']:g}, iou {limits['iou']:g}" if limits and not speech else ""
+    lines.append(f"detections {summary.get('detections', 0)}{at}" + (f" ({top})" if top else ""))
     lines.extend(count_lines(summary))
     skipped = summary.get("skipped") or {}
     if skipped:
@@ -313,24 +325,35 @@ def nothing_saved_note(config: Any) -> str | None:
 
 
 class _Progress(BaseObserver):
-    """A tqdm bar on stderr (only when stderr is a terminal), fed from the pipeline's progress."""
+    """Frames done, on stderr (:class:`~edgert.cli.progress.Progress`: a bar on a terminal, a few lines otherwise),
+    with the total when the sources know it (files, folders). Made at the start, when the sources are open."""
 
-    def __init__(self, total: int | None) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False)
+    def __init__(self, label: str = "run") -> None:
+        self._label = label
+        self._progress: Any = None
         self._last = 0
 
+    def on_start(self, info: dict[str, Any]) -> None:
+        from edgert.cli.progress import Progress
+
+        total = info.get("expected_frames")
+        if total == 1 or (total is None and not sys.stderr.isatty()):
+            return  # one image: nothing to wait for; a camera in a log (a service): no end to count towards
+        self._progress = Progress(self._label, total, unit="frame")
+
     def on_frame(self, stats: Any) -> None:
-        if stats.frames - self._last >= 10:
-            self._bar.update(stats.frames - self._last)
+        if self._progress is not None and stats.frames - self._last >= 10:
+            self._progress.update(stats.frames - self._last, f"{stats.fps:.1f} fps")
             self._last = stats.frames
-            self._bar.set_postfix_str(f"{stats.fps:.1f} fps", refresh=False)
 
     on_frames = on_frame  # by the count's difference: a batch at once is the same
 
     def on_stop(self, summary: dict[str, Any]) -> None:
-        self._bar.close()
+        if self._progress is not None:
+            frames = summary.get("frames")
+            if isinstance(frames, int) and frames > self._last:
+                self._progress.update(frames - self._last)
+            self._progress.close()
 
 
 def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | None = None) -> dict[str, Any]:
@@ -356,8 +379,8 @@ def execute(config: Any, args: argparse.Namespace, extra_observers: list[Any] | 
 
         report = attach_report(observers, args.report, config.power.budget_w, config.power.rail)
     observers.append(_AnnouncePreviews())
-    if sys.stderr.isatty() and not getattr(args, "json", False):
-        observers.append(_Progress(config.runtime.max_frames))
+    if not getattr(args, "json", False):
+        observers.append(_Progress(getattr(args, "progress_label", "run")))
     summary: dict[str, Any] = Pipeline(config, observers=observers).run()
     if report is not None:
         print(f"edgert: report written to {report.path}", file=sys.stderr)

@@ -20,7 +20,7 @@ _SPEECH_TASKS = ("vad", "wakeword", "asr")
 
 #: flag -> argparse destination, for flags only a detection task reads.
 VISION_ONLY_FLAGS: dict[str, str] = {
-    "--conf": "conf", "--iou": "iou", "--track": "track", "--processing": "processing",
+    "--conf": "conf", "--iou": "iou", "--classes": "classes", "--track": "track", "--processing": "processing",
     "--gpu-pipeline": "gpu_pipeline", "--slots": "slots", "--memory": "memory", "--cuda-graph": "cuda_graph",
     "--fixed-batch": "fixed_batch",
     "--batch": "batch", "--batch-timeout-ms": "batch_timeout_ms", "--preload": "preload", "--loop": "loop",

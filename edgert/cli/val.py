@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from edgert.atomic_file import write_atomic
+    from edgert.cli.progress import Progress
     from edgert.config import PipelineConfig, load_config
     from edgert.errors import ConfigError, InputError
     from edgert.image_file import ImageSkipped, ImageTooLarge
@@ -77,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, decode=decode)
     found, kept = [], []
     unreadable, large = truth.unreadable_images, truth.large_images
-    with Detector(args.model, config, backend=args.backend) as det:
+    with Detector(args.model, config, backend=args.backend) as det, \
+            Progress("val", len(truth.images), unit="image", quiet=args.json) as progress:
         for image in truth.images:
+            progress.update()
             try:
                 found.append(det(image.path))
             except ImageSkipped as exc:  # a counted skip, its labels with it: never a crash or a zero score

@@ -154,3 +154,15 @@ def time_base(source: PipelineSource) -> str:
     from edgert.io.sources import time_base as source_time_base
 
     return source_time_base(source)
+
+
+def expected_frames(feeds: list[_Feed], max_frames: int | None) -> int | None:
+    """Frames a run will process (``max_frames`` applies per source) when every source knows its count
+    (files, folders); None when one cannot say (a camera, a stream, a looped file) and no limit is set."""
+    total = 0
+    for feed in feeds:
+        count = getattr(feed.source, "expected_frames", lambda: None)()
+        if count is None and not max_frames:
+            return None
+        total += min(count, max_frames) if count is not None and max_frames else (count or max_frames or 0)
+    return total

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
-from edgert.pipeline.feeds import _Batch, _Feed, _Frame
+from edgert.pipeline.feeds import _Batch, _Feed, _Frame, expected_frames
 from edgert.pipeline.observer import PipelineObserver
 from edgert.pipeline.state import RunState
 from edgert.pipeline.summary import run_summary
@@ -342,6 +342,7 @@ class Pipeline:
             "batch": processor.batch,
             "frames_in_flight": len(self.frames),
             "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
+            "expected_frames": expected_frames(self.state.feeds, self.config.runtime.max_frames),
         }
 
     def _run_threads(self, processor: Processor) -> None:

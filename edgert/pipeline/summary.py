@@ -61,6 +61,8 @@ def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[s
         "reconnects": sum(int(getattr(feed.source, "reconnects", 0)) for feed in feeds),
         "detections": stats.detections,
         "detections_per_class": per_class,
+        # what decided which boxes count, so two runs' numbers can be compared
+        "thresholds": {"conf": config.decode.conf, "iou": config.decode.iou, "max_det": config.decode.max_det},
         "stopped_by": stopped_by,
         "time_base": run_time_base(feeds),
         "slots": len(processor.slots) if processor is not None else 0,

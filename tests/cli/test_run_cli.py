@@ -287,3 +287,19 @@ def test_a_second_signal_stops_within_a_second_even_with_a_long_queue(assets: Pa
     assert stopped_after < 2.5, stopped_after  # a second on a quiet machine; slack for a loaded CI box
     text = events.read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
+
+
+def test_classes_flag_keeps_the_named_classes(tmp_path: Path) -> None:
+    from edgert.demo_files import demo_files
+
+    files = demo_files(tmp_path / "demo")
+    base = ("run", "--model", str(files.model), "--source", str(files.photos), "--json")
+    everything = run_cli(*base)
+    assert everything.returncode == 0, everything.stderr
+    per_class = json.loads(everything.stdout)["detections_per_class"]
+    assert "person" in per_class and "car" in per_class and len(per_class) > 2
+    for flag in ("person,car", "0,2", "Person,2"):
+        r = run_cli(*base, "--classes", flag)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["detections_per_class"] == {k: per_class[k] for k in ("person", "car")}
+    assert_one_line_error(run_cli(*base, "--classes", "pers"), "--classes: no class named 'pers'; close: person")

@@ -14,7 +14,8 @@ from edgert.config import PipelineConfig, from_mapping
 from edgert.errors import ConfigError
 
 #: A value for each flag that takes one (the others are switches).
-VALUES = {"--conf": "0.3", "--iou": "0.5", "--track": "sort", "--processing": "cpu", "--slots": "2",
+VALUES = {"--conf": "0.3", "--iou": "0.5", "--classes": "person", "--track": "sort", "--processing": "cpu",
+          "--slots": "2",
           "--memory": "pinned", "--batch": "2", "--batch-timeout-ms": "5", "--decoding": "beam",
           "--beam-size": "3", "--best-of": "2", "--capture": "process", "--line": "door:0.5,0,0.5,1",
           "--zone": "hall:0,0,1,0,1,1", "--track-workers": "2"}

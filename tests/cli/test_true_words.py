@@ -75,8 +75,7 @@ def test_a_run_without_sinks_says_nothing_was_saved(tmp_path: Path) -> None:
     assert r.returncode == 0 and "nothing was saved" not in r.stderr
 
 
-def test_the_text_summary_prints_line_and_zone_counts(tmp_path: Path) -> None:
-    pytest.importorskip("trackers")
+def test_the_text_summary_prints_line_and_zone_counts(tmp_path: Path) -> None:  # ByteTrack: edgert's own
     config = tmp_path / "count.yaml"
     config.write_text(
         f"model: {MODEL}\nsource: {CLIP}\ndecode: {{conf: 0.35}}\n"

@@ -58,7 +58,7 @@ def test_a_stream_not_up_yet_is_retried_at_start(tmp_path: Path, media: dict[str
     cfg.write_text(f"model: {{path: {media['model']}}}\n"
                    f"source: {{uri: 'http://127.0.0.1:{port}/{media['video'].name}', timeout_s: 30}}\n"
                    f"runtime: {{max_frames: 5}}\nsinks: ['jsonl://{tmp_path}/e.jsonl']\n", encoding="utf-8")
-    run = Cli("run", "--config", str(cfg), "--json")
+    run = Cli("-v", "run", "--config", str(cfg), "--json")  # -v: each start-up attempt is logged
     try:
         run.wait_for("retrying in")
         go.set()  # the camera comes up while edgert waits for it
@@ -85,7 +85,7 @@ def test_sigterm_during_start_up_leaves_the_previous_outputs(tmp_path: Path, med
     cfg.write_text(f"model: {{path: {media['model']}}}\n"
                    f"source: {{uri: 'http://127.0.0.1:{closed_port()}/v.avi', timeout_s: 120}}\n"
                    f"sinks: ['jsonl://{jsonl}', '{video}']\n", encoding="utf-8")
-    run = Cli("run", "--config", str(cfg), "--json")
+    run = Cli("-v", "run", "--config", str(cfg), "--json")  # -v: each start-up attempt is logged
     try:
         run.wait_for("retrying in")  # still starting: the camera is not up
         run.signal(signal.SIGTERM)

@@ -19,7 +19,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
+from edgert.config import (
+    AnalyticsConfig,
+    LineConfig,
+    ModelConfig,
+    PipelineConfig,
+    RuntimeConfig,
+    SourceConfig,
+    TrackConfig,
+    ZoneConfig,
+)
 from edgert.io.sinks.web.server import WebPreviewSink
 from edgert.pipeline import Pipeline
 from tests.io.chromium import Browser, find_chromium
@@ -65,13 +74,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _start(tmp_path: Path, sink: Any) -> Iterator[Run]:
+def _start(tmp_path: Path, sink: Any, analytics: AnalyticsConfig | None = None) -> Iterator[Run]:
     videos = {name: make_video(tmp_path / f"{name}.avi", frames=30, size=size) for name, size in SIZES.items()}
     model = tiny_detector(tmp_path / "tiny.onnx")
     config = PipelineConfig(
         model=ModelConfig(path=str(model)),
         sources=tuple(SourceConfig(uri=str(v), loop=True, name=name) for name, v in videos.items()),
-        runtime=RuntimeConfig(processing="cpu"))
+        runtime=RuntimeConfig(processing="cpu"),
+        **({"track": TrackConfig(), "analytics": analytics} if analytics is not None else {}))
 
     def pace() -> None:  # 25 fps per source, like cameras, so the shared test machine stays usable
         time.sleep(0.04)
@@ -213,3 +223,35 @@ def test_page_shows_one_tile_per_source_in_headless_chromium(tmp_path: Path) -> 
             figures = browser.wait_for("(() => { const t = document.getElementById('source').textContent; "
                                        "return t.includes(' fps') ? t : null; })()", 10)
             assert figures.startswith("lane · ") and "dropped" in figures and "reconnects" in figures
+
+
+def test_side_panel_shows_line_and_zone_counts_per_source(tmp_path: Path) -> None:
+    """The tiny detector sees one still box in every frame: inside the zone that covers the frame (occupancy
+    1, one entry), crossing no line. sources.json carries each source's totals; the page lists them."""
+    analytics = AnalyticsConfig(lines=(LineConfig("top", ((0.0, 0.1), (1.0, 0.1))),),
+                                zones=(ZoneConfig("all", ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0))),))
+    sink = WebPreviewSink("http://127.0.0.1:0", port=0)
+    with _start(tmp_path, sink, analytics) as run:
+        deadline = time.monotonic() + 30
+        while not sink.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        base = sink.url
+        _wait_live(base)
+        deadline = time.monotonic() + 30
+        while True:
+            rows = {r["name"]: r["counts"] for r in _sources(base)}
+            if all(c.get("all", {}).get("occupancy") == 1 for c in rows.values()):
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.1)
+        for counts in rows.values():
+            assert counts == {"top": {}, "all": {"occupancy": 1, "entered": 1}}  # a line nobody crossed: {}
+        chromium = find_chromium()
+        if chromium is None:
+            return  # the page's half needs a browser
+        with Browser(chromium) as browser:
+            browser.load(base, width=1000, height=700)
+            shown = browser.wait_for("document.querySelectorAll('#counts tr').length === 4 && "
+                                     "[...document.querySelectorAll('#counts tr')].map(r => r.textContent)", 30)
+        assert shown == ["top0", "all1 inside · 1 entered"] * 2, shown
+    run.pipeline.request_stop()

@@ -28,7 +28,7 @@ def test_no_meter_says_so_in_one_line(tmp_path: Path) -> None:
 def test_no_meter_json(tmp_path: Path) -> None:
     result = run_cli("power", "--json", env=_env(tmp_path))
     data = json.loads(result.stdout)
-    assert data["available"] is False and data["meter"] == "null" and "ina:" in data["reason"]
+    assert data["available"] is False and data["meter"] is None and "ina:" in data["reason"]
 
 
 def test_orin_nano_rails_and_power_mode(tmp_path: Path) -> None:

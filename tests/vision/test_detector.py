@@ -215,6 +215,13 @@ def test_bad_frame(tmp_path: Path) -> None:
             det(np.zeros((100, 200, 3), np.float64))
 
 
+def test_drawn_sizes_follow_the_frame() -> None:
+    from edgert.vision.draw import frame_style
+
+    small, hd, uhd = (frame_style(np.zeros((h, w, 3), np.uint8)) for h, w in ((288, 384), (720, 1280), (2160, 3840)))
+    assert small == (1, 0.35) and hd == (2, 0.8) and uhd == (3, 1.2)
+
+
 def test_draw_detections_marks_the_box() -> None:
     from edgert.vision.detections import Detections
     from edgert.vision.draw import class_color, draw_detections
@@ -222,7 +229,7 @@ def test_draw_detections_marks_the_box() -> None:
     frame = np.zeros((120, 160, 3), np.uint8)
     assert draw_detections(frame, Detections.empty()) is frame and not frame.any()
     det = Detections([[40, 50, 100, 110]], [0.87], [1], ("a", "person"))
-    out = draw_detections(frame, det)
+    out = draw_detections(frame, det, thickness=2)
     assert out is frame  # drawn in place
     color = np.array(class_color(1), np.uint8)
     assert (frame[80, 40] == color).all() and (frame[80, 100] == color).all()  # left and right edges

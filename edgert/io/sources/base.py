@@ -109,6 +109,11 @@ class FrameSource(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def expected_frames(self) -> int | None:
+        """How many frames ``read()`` will deliver, when known ahead (a file or a folder, not looped); None
+        otherwise. For a progress bar's total: a damaged file may end sooner."""
+        return None
+
     def info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"uri": self.uri, "kind": self.kind, "live": self.live, "width": self.width,
                                 "height": self.height, "fps": self.fps, "stalls": self.stalls}

@@ -212,6 +212,9 @@ class VideoFileSource(FrameSource):
         log.info("opened video %s: %dx%d at %s fps, %d frames", self.path, self.width, self.height,
                  self.fps, self._frame_count)
 
+    def expected_frames(self) -> int | None:
+        return self._frame_count if self._frame_count > 0 and not self.loop else None
+
     def _open_blocking(self, _: Any) -> tuple[Any, np.ndarray]:
         return open_capture(str(self.path), f"{self.path}: cannot open as a video (unreadable or unsupported format)",
                             f"{self.path}: no frame could be decoded (damaged or unsupported video)")
@@ -367,6 +370,9 @@ class ImageFilesSource(FrameSource):
             raise SourceError(f"{self.uri}: none of the {len(self.paths)} images could be decoded")
         self.height, self.width = int(self._pending.shape[0]), int(self._pending.shape[1])
         self._opened = True
+
+    def expected_frames(self) -> int | None:
+        return None if self.loop else len(self.paths)
 
     def _decode_next(self) -> np.ndarray | None:
         budget = max_pixels()

@@ -34,10 +34,14 @@ class LiveSource(FrameSource):
     time_base = "capture clock"
 
     def __init__(self, uri: str, opener: Callable[[], Any], backoff: float = 0.5, max_backoff: float = 10.0,
-                 first_frame_timeout: float = 15.0, kind: str = "live", timeout: float | None = None) -> None:
+                 first_frame_timeout: float = 15.0, kind: str = "live", timeout: float | None = None,
+                 diagnose: Callable[[], str | None] | None = None) -> None:
         super().__init__(uri)
         self.kind = kind
         self._opener = opener
+        #: Asked once when the source gives up at start: why it could not be opened (refused, DNS, 401 ...),
+        #: which OpenCV does not say (edgert.io.sources.diagnose).
+        self._diagnose = diagnose
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._first_timeout = first_frame_timeout
@@ -96,12 +100,24 @@ class LiveSource(FrameSource):
                 delay = min(self._max_backoff, self._backoff * (2 ** attempt))
                 attempt += 1
                 if self._stopping.is_set() or time.monotonic() + delay > deadline:
+                    cause = self._cause() if not self._stopping.is_set() else None
+                    message = f"{self.uri}: cannot open: {cause}" if cause else str(exc)
                     if attempt == 1:
-                        raise
-                    raise SourceError(f"{exc} ({attempt} attempts in {self.timeout:g} s)") from None
-                log.warning("%s; retrying in %.1f s (attempt %d)", exc, delay, attempt)
+                        raise SourceError(message) from exc.__cause__
+                    raise SourceError(f"{message} ({attempt} attempts in {self.timeout:g} s)") from None
+                # -v shows each attempt; by default the one line at the end says what happened and why
+                log.info("%s; retrying in %.1f s (attempt %d)", exc, delay, attempt)
                 if self._stopping.wait(delay):
                     raise SourceError(f"{self.uri}: stopped before it could be opened") from None
+
+    def _cause(self) -> str | None:
+        if self._diagnose is None:
+            return None
+        try:
+            return self._diagnose()
+        except Exception:  # a diagnosis that fails must not hide the error it was asked about
+            log.debug("%s: diagnosis failed", self.uri, exc_info=True)
+            return None
 
     def open_in_background(self) -> None:
         """Keep connecting in the grabber thread with the backoff of a stream lost mid-run, and let frames flow

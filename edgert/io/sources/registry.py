@@ -14,6 +14,7 @@ from edgert.config import SourceConfig
 from edgert.errors import ConfigError, SourceError
 from edgert.io.audio_sources import AUDIO_ROWS
 from edgert.io.sources.base import IMAGE_SUFFIXES, FrameSource
+from edgert.io.sources.diagnose import why_unreachable
 from edgert.io.sources.files import ImageFilesSource, VideoFileSource, _image_paths
 from edgert.io.sources.gstreamer import csi_pipeline, gstreamer_available, rtsp_pipeline
 from edgert.io.sources.live import LiveSource, _ffmpeg_opener, _gst_opener, _need_gstreamer, _v4l2_opener
@@ -47,12 +48,14 @@ def _rtsp(uri: str, config: SourceConfig) -> FrameSource:
         codec = "h265" if (config.fourcc or "").upper() in ("H265", "HEVC") else "h264"
         jetson = bool(jetson_info().get("is_jetson"))
         return LiveSource(uri, _gst_opener(rtsp_pipeline(uri, jetson=jetson, codec=codec)), kind="rtsp",
-                          timeout=config.timeout_s)
-    return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp", timeout=config.timeout_s)
+                          timeout=config.timeout_s, diagnose=lambda: why_unreachable(uri))
+    return LiveSource(uri, _ffmpeg_opener(uri), kind="rtsp", timeout=config.timeout_s,
+                      diagnose=lambda: why_unreachable(uri))
 
 
 def _stream(uri: str, config: SourceConfig) -> FrameSource:
-    return LiveSource(uri, _ffmpeg_opener(uri), kind="stream", timeout=config.timeout_s)
+    return LiveSource(uri, _ffmpeg_opener(uri), kind="stream", timeout=config.timeout_s,
+                      diagnose=lambda: why_unreachable(uri))
 
 
 def _is_camera(uri: str) -> bool:

@@ -136,6 +136,20 @@ class _Server(BoundedHTTPServer):
         super().__init__(address, _Handler, max_clients=MAX_CLIENTS, max_per_client=MAX_CLIENTS // 2)
 
 
+def count_totals(counts: Any) -> dict[str, dict[str, int]]:
+    """``Analytics.counts()`` of one source summed over classes, for the page's side panel: a line's ``in`` and
+    ``out``, a zone's ``occupancy`` and ``entered`` (what the video's drawing shows)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, per_class in dict(counts or {}).items():
+        totals: dict[str, int] = {}
+        for figures in dict(per_class or {}).values():
+            for key in ("in", "out", "occupancy", "entered"):
+                if isinstance(figures, dict) and isinstance(figures.get(key), (int, float)):
+                    totals[key] = totals.get(key, 0) + int(figures[key])
+        out[str(name)] = totals
+    return out
+
+
 class WebPreviewSink(Sink):
     """``http://127.0.0.1:8080``: serve the annotated stream of each source and the stats while the pipeline runs."""
 
@@ -316,10 +330,12 @@ class WebPreviewSink(Sink):
                  "height": ch.size[1] if ch.size else None, "viewers": ch.clients,
                  "last_detections": ch.last_detections, "encoded": ch.seq}
                 for ch in self._channels.values()]
+        analytics = dict(getattr(self._stats, "analytics_by_source", None) or {})
         for row in rows:
             own = figures.get(str(row["name"]), {})
             row.update({"frames": int(own.get("frames", 0)), "fps": own.get("fps", 0.0),
-                        "dropped": int(own.get("dropped", 0)), "reconnects": int(own.get("reconnects", 0))})
+                        "dropped": int(own.get("dropped", 0)), "reconnects": int(own.get("reconnects", 0)),
+                        "counts": count_totals(analytics.get(str(row["name"])))})
         return {"title": self.title, "running": self.running, "sources": rows}
 
     def stats_payload(self) -> dict[str, Any]:
