@@ -177,7 +177,7 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> JSONDict:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
-        from edgert.speech.stages import SPEECH_TASKS
+        from edgert.tasks import SPEECH_TASKS
 
         started = time.perf_counter()
         speech = self.config.task in SPEECH_TASKS  # its stages may take their models from config.speech
@@ -219,7 +219,7 @@ class Pipeline:
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
         from edgert.pipeline.startup import ask_sources_to_stop, close_order, enter_sources, make_stages, start_tracking
-        from edgert.speech.stages import SPEECH_TASKS
+        from edgert.tasks import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
