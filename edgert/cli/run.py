@@ -14,6 +14,7 @@ from typing import Any
 
 from edgert.cli.run_flags import add_run_flags, apply_flags, parse_watts
 from edgert.config import PipelineConfig, load_config
+from edgert.jsonl_uri import writes_stdout
 from edgert.pipeline.observer import BaseObserver
 from edgert.tasks import SPEECH_TASKS
 
@@ -245,4 +246,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stdout_is_a_sink(config: Any) -> bool:
-    return any(s.strip() == "jsonl://-" for s in config.sinks)
+    return any(writes_stdout(s) for s in config.sinks)
