@@ -137,25 +137,22 @@ def speech_lines(speech: dict[str, Any]) -> list[str]:
 
 
 def count_lines(summary: dict[str, Any]) -> list[str]:
-    """The summary's line and zone counts (``counts``), one text line per line or zone (per source)."""
+    """The summary's rule counts (``counts``), one text line per line, zone ... (per source)."""
     counts = summary.get("counts") or {}
     per_source = summary.get("sources") or []
     # several sources: {source: {line or zone: ...}}; one: {line or zone: ...}
     scoped = [(f"{name}: ", c or {}) for name, c in counts.items()] if len(per_source) > 1 else [("", counts)]
     out = []
-    for prefix, table in scoped:
-        for name, by_class in table.items():
-            if not by_class:
-                out.append(f"count      {prefix}{name}: nothing counted")
-                continue
-            first = next(iter(by_class.values()))
-            if "occupancy" in first:
-                text = "; ".join(f"{c} {int(v['occupancy'])} now, {v['entered']} entered, {v['exited']} exited"
-                                 for c, v in by_class.items())
-                out.append(f"zone       {prefix}{name}: {text}")
-            else:
-                text = "; ".join(f"{c} {v.get('in', 0)} in, {v.get('out', 0)} out" for c, v in by_class.items())
-                out.append(f"line       {prefix}{name}: {text}")
+    if any(table for _, table in scoped):
+        from edgert.analytics.table import kind_of  # each rule's row words its counts
+
+        for prefix, table in scoped:
+            for name, by_class in table.items():
+                row = kind_of(by_class)
+                if row is None:
+                    out.append(f"count      {prefix}{name}: nothing counted")
+                else:
+                    out.append(f"{row.kind:<10} {prefix}{name}: {row.text(by_class)}")
     tracking = summary.get("tracking")
     if isinstance(tracking, dict) and "tracks" in tracking:
         out.append(f"tracks     {tracking['tracks']} ({tracking.get('tracker')})")

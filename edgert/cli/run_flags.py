@@ -158,10 +158,9 @@ def _track_workers(config: PipelineConfig, workers: int, row: RunFlag, args: arg
 
 
 def _rules(config: PipelineConfig, texts: list[str], row: RunFlag, args: argparse.Namespace) -> PipelineConfig:
-    from edgert.analytics.rules import with_rules
+    from edgert.analytics.table import with_rules
 
-    lines, zones = (texts, ()) if row.flag == "--line" else ((), texts)
-    return dataclasses.replace(config, analytics=with_rules(config.analytics, lines, zones))
+    return dataclasses.replace(config, analytics=with_rules(config.analytics, row.flag, texts))
 
 
 # --------------------------------------------------------------------------------------------------
