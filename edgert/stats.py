@@ -110,14 +110,6 @@ class LatencyHistogram:
             bank.counts[self.row, np.arange(t.shape[0]), slot] += 1
             bank.sums[self.row, : t.shape[0]] += t
 
-    def add_rows(self, timings: np.ndarray, buckets: np.ndarray) -> None:
-        """Several frames' seconds per stage ((m, stages) rows) whose buckets (:func:`latency_buckets`) are known."""
-        stages = timings.shape[1]
-        bank = self.bank
-        with bank.lock:
-            np.add.at(bank.counts[self.row], (np.tile(self._rows[:stages], (timings.shape[0], 1)), buckets), 1)
-            bank.sums[self.row, :stages] += timings.sum(axis=0)
-
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """(cumulative counts per stage and bucket, the last column being +Inf; sums per stage)."""
         bank = self.bank

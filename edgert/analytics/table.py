@@ -61,7 +61,7 @@ def resolve_rules(config: AnalyticsConfig, width: int, height: int, names: Seque
     if not config.enabled:
         return config
     sized = bool(width and height)
-    changes: dict[str, tuple[Any, ...]] = {}
+    changes: dict[str, Any] = {}
     for row in _fields():
         settings = row.settings(config)
         if not sized:
@@ -89,7 +89,8 @@ def with_rules(config: AnalyticsConfig, flag: str, texts: Sequence[str]) -> Anal
     else:
         raise ConfigError(f"{flag}: no analytics rule is added by this flag")
     try:
-        return dataclasses.replace(config, **{row.field: (*row.settings(config), *(parse(t) for t in texts))})
+        added: dict[str, Any] = {row.field: (*row.settings(config), *(parse(t) for t in texts))}
+        return dataclasses.replace(config, **added)
     except FieldError as exc:  # a name given twice, across the config and the flags
         raise ConfigError(f"{flag}: {exc.message}") from None
 

@@ -247,7 +247,7 @@ class Kernel:
                        stream: Stream, shared: int) -> None:
         # pycuda's prepared call is about ten Python-level steps per launch (block shape, pack, texrefs, launch),
         # each made with the slot thread holding the interpreter lock the other slots wait for: at 16 NanoDet
-        # streams on the H200 its lines were 7 % of the lock's samples (docs/pipeline.md, session 8). Here: one
+        # streams on the H200 its lines were 7 % of the lock's samples (docs/pipeline.md). Here: one
         # pack into this thread's buffer (the driver copies the parameters at launch, so the buffer is free
         # again when the call returns) and one driver call.
         local = self._local

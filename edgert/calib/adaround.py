@@ -17,7 +17,7 @@ gradient ``2 dW H``: numpy only, no autograd.
 * The scale per output channel is the nearest-rounding one: the Q/DQ layout and TensorRT's kernels are
   unchanged (as :mod:`.rounding`).
 
-Measured, not kept (calibration/README.md, session 9): it fits its objective less far than the GPTQ step,
+Measured, not kept (calibration/README.md): it fits its objective less far than the GPTQ step,
 loses held out on NanoDet (-0.031 on draws 0-1) and costs 300-600 s per model on a 2-core CPU.
 """
 

@@ -119,8 +119,11 @@ def _apply_sources(config: PipelineConfig, uris: list[str], row: RunFlag, args: 
     if len(uris) > 1 or config.sources:
         base = config.sources[0] if config.sources else config.source
         sources = tuple(dataclasses.replace(base, uri=u, name=None, sinks=()) for u in uris)
-        return _replace(config, row.flag, source=dataclasses.replace(config.source, uri=""), sources=sources)
-    return _replace(config, row.flag, source=_replace(config.source, row.flag, uri=uris[0]))
+        changed: PipelineConfig = _replace(config, row.flag, source=dataclasses.replace(config.source, uri=""),
+                                           sources=sources)
+        return changed
+    one: PipelineConfig = _replace(config, row.flag, source=_replace(config.source, row.flag, uri=uris[0]))
+    return one
 
 
 def _per_source(config: PipelineConfig, value: Any, row: RunFlag, args: argparse.Namespace) -> PipelineConfig:

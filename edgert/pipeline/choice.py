@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GPU_ONLY_KEYS", "batched_model", "open_processor", "resolve_processing"]
 
-log = logging.getLogger("edgert.pipeline.processor")
+log = logging.getLogger(__name__)
 
 
 #: runtime keys that only the GPU processor reads, with the flag that sets each.

@@ -3,7 +3,7 @@
 Why: with a thread per source, each of 16 streams' frames woke its own thread twice (a free frame, then the
 worker's message) and cost about 90 Python calls and five system calls in the pipeline's process, every one of
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
-NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
+NanoDet streams (docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
 for about 2 ms of work. The collector polls every worker's pipe and one pipe the workers share for their frames
 (:mod:`edgert.io.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a

@@ -2,7 +2,7 @@
 
 Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
 the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
-(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings, and
+(docs/pipeline.md). So what can be done for the batch at once is: the latency statistics (rings, and
 every source's histogram in one array, in a few numpy calls: :meth:`~edgert.stats.PipelineStats.record_latencies`),
 the detections per class (one ``bincount``), the drop counters (once per 10 frames of each source) and handing
 the frames of worker-decoded files back to the collector (one call), the observers when every one of them takes

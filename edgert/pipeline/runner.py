@@ -228,15 +228,15 @@ class Pipeline:
             if self.admit is None and self.config.task not in SPEECH_TASKS:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
-            self.state.observers = self.observers  # the results thread: on_frames once per batch (host7)
+            self.state.observers = self.observers  # the results thread: on_frames once per batch
             if self.state.processor is None:
                 self.state.processor = open_processor(self.config, detector=self._detector, batch=None,
                                                  sources=len(self.state.feeds))
             processor = self.state.processor
             try:
-                attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
-                if attach is not None:
-                    attach(self._hooks, self._progress, [feed.source for feed in self.state.feeds], self.stats)
+                # the speech processor takes the budget and the watchdog's progress here
+                processor.attach_run(self._hooks, self._progress, [feed.source for feed in self.state.feeds],
+                                     self.stats)
                 self.state.names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
@@ -547,9 +547,8 @@ class Pipeline:
                 b = pending.pop(following)
                 following += 1
                 finish_batch(self.state, b)  # the batch's statistics at once, each frame in order
-        drain = getattr(self.state.processor, "drain", None)  # speech: what Whisper finished after the last chunk
-        if drain is not None:
-            for index, result in drain():
+        if self.state.processor is not None:  # speech: what Whisper finished after the last chunk
+            for index, result in self.state.processor.drain():
                 finish_tail(self.state, self.state.feeds[index], result)
 
     def _progress(self) -> None:

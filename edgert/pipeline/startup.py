@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["close_order", "enter_sources", "late_stages", "make_stages", "mark_reconnecting", "open_feeds"]
 
-log = logging.getLogger("edgert.pipeline.runner")
+log = logging.getLogger(__name__)
 
 
 def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | None],

@@ -98,10 +98,10 @@ def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[s
         summary["gpu_ms"] = gpu
     if wall_s is not None:
         summary["wall_s"] = round(wall_s, 3)
-    speech = getattr(processor, "speech_summary", None)
+    speech = processor.speech_summary() if processor is not None else None
     if speech is not None:
         summary["task"] = config.task
-        summary["speech"] = speech()
+        summary["speech"] = speech
     if errors:
         summary["error"] = redact(errors[0])
     return summary

@@ -193,8 +193,8 @@ def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
             families.setdefault(spec.name, make(spec.name, spec.help, labels))
     for source, counts in sorted(by_source.items()):
         for name, per_class in sorted(dict(counts or {}).items()):
-            row = kind_of(per_class)
-            for spec in row.metrics if row is not None else ():
+            kind = kind_of(per_class)
+            for spec in kind.metrics if kind is not None else ():
                 for cls, figures in sorted(per_class.items()):
                     if spec.split:
                         for figure in spec.figures:
