@@ -173,7 +173,7 @@ def keep_trial_slot(model_ms: float | None) -> bool:
     interpreter lock) with nothing of its own on the GPU; with many sources that work grows, and where the
     model's batch is short against it a fourth batch in flight keeps the GPU fed. Where the batch is long the
     GPU is already full with three, and a fourth only adds a batch of waiting to every frame's latency.
-    Measured on the H200 (docs/results/README.md, the many-streams measurements): 16 nanodet streams (2.6 ms a batch alone)
+    Measured on the H200 (docs/pipeline.md): 16 nanodet streams (2.6 ms a batch alone)
     +9 % over three slots (three alternated bursts); 16 yolov8s streams (8.4-8.6 ms) +1 to +2 % for a p99 of 33
     against 25 ms.
     ``model_ms``: the fastest warm-up run of a slot's model, or None where the warm-up ran none (then the
