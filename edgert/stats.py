@@ -73,7 +73,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 
 class _HistogramBank:
     """Every source's histogram in one array (source, stage, bucket), so a batch of frames of many sources is
-    counted in one numpy call, not one per source (the results thread, scripts/profile_host.py)."""
+    counted in one numpy call, not one per source (the results thread, docs/results/README.md: host calls)."""
 
     def __init__(self) -> None:
         self.counts = np.zeros((0, len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all

@@ -465,7 +465,7 @@ def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
     calls it through ``ctypes.PyDLL``, which does not release the interpreter lock. pycuda's
     ``memcpy_htod_async`` releases it, and with one copy per frame every copy then waited to get the lock back
     behind the other threads: at 16 NanoDet streams on the H200 that wait was a third of each slot thread's
-    time (scripts/profile_pipeline.py, docs/pipeline.md). Pageable memory would make the call wait for the
+    time (docs/results/README.md: thread profiles). Pageable memory would make the call wait for the
     copy with the lock held: only page-locked buffers come here (the processor's own and the capture rings).
     """
     copy_htod_address_pinned(ptr, host.__array_interface__["data"][0], host.nbytes, stream)

@@ -11,7 +11,7 @@ worker's own pipe only when it says something else (a frame larger than its slot
 gets the frames the results thread finished in one hand-over per batch (:meth:`Collector.give_back`), gives a
 worker its slots back two at a time, and tells the batcher once per wake; per frame only its record's unpickling
 and a few attribute stores remain (about 30 Python calls and 0.8 pipe system calls a frame at 16 streams, where a
-thread per source made about 88 and five: ``scripts/profile_host.py``, docs/pipeline.md).
+thread per source made about 88 and five: ``docs/results/README.md: host calls``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first

@@ -10,7 +10,7 @@ a batch (``on_frames``, :mod:`edgert.pipeline.observer`; the run's own power and
 stays per frame is what is per frame by nature: its source's result stages (tracking, lines, zones, in the
 source's order) and sinks (skipped without a call where it has none; a frame with neither reads no clock of its
 own), the frame counter, its source's figures, and ``on_frame`` for observers that see every count
-(``stats.frames % n`` tests). About 20 Python calls a frame (44 before; ``scripts/profile_host.py``).
+(``stats.frames % n`` tests). About 20 Python calls a frame (44 before; ``docs/results/README.md: host calls``).
 
 The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
 (:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from

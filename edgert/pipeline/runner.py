@@ -483,7 +483,7 @@ class Pipeline:
         seq = 0
         try:
             while True:
-                with self._cv:  # any(map(pending)): no Python call per source (scripts/profile_host.py)
+                with self._cv:  # any(map(pending)): no Python call per source (docs/results/README.md: host calls)
                     while not self._abort.is_set() and not any(map(pending, feeds)) and not all(map(ended, feeds)):
                         self._cv.wait(_POLL)
                     if self._abort.is_set() or not any(map(pending, feeds)):
