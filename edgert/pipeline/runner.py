@@ -45,7 +45,6 @@ handlers (:mod:`edgert.pipeline.signals`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import operator
 import queue
@@ -58,13 +57,12 @@ from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.feeds import _Batch, _Feed, _Frame
 from edgert.pipeline.observer import PipelineObserver
+from edgert.pipeline.startup import make_feeds
 from edgert.pipeline.state import RunState
-from edgert.pipeline.summary import run_summary
-from edgert.redact import redact
+from edgert.pipeline.summary import run_summary, start_info
 from edgert.stats import PipelineStats
 
 if TYPE_CHECKING:
-    from edgert.config import SourceConfig
     from edgert.pipeline.hooks import RunHooks
     from edgert.pipeline.limits import StopDeadline
     from edgert.pipeline.parts import JSONDict, PipelineSource, SinkSpec
@@ -186,7 +184,7 @@ class Pipeline:
         if self.config.analytics.enabled and self.config.track is None:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
-        self.state.feeds = self._make_feeds()
+        self.state.feeds = make_feeds(self.config, self._given_sources)
         from edgert.pipeline.speech import check_sources
 
         check_sources(self.config, [feed.source for feed in self.state.feeds])
@@ -255,7 +253,8 @@ class Pipeline:
                     allocate_frames(self.state.feeds, processor, self.config.runtime.queue_size)
                     open_sinks(self.state)
                     try:
-                        self.state.info = self._start_info(processor)
+                        self.state.info = start_info(self.config, self.state, processor, self.stats,
+                                                     len(self.frames), self._hooks)
                         self.state.started = False  # on_start: after this run's first frame
                         if not self._stop.is_set():  # a signal during start-up: outputs were left alone
                             self._run_threads(processor)
@@ -281,59 +280,6 @@ class Pipeline:
         if self.state.errors:
             raise self.state.errors[0]
         return summary
-
-    def _make_feeds(self) -> list[_Feed]:
-        if self._given_sources:
-            return [_Feed(i, str(i), src) for i, src in enumerate(self._given_sources)]
-        configs = self.config.all_sources()
-        feeds = []
-        for i, cfg in enumerate(configs):
-            if not cfg.uri:
-                raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
-            feeds.append(_Feed(i, cfg.name if cfg.name is not None else str(i), self._open_source(cfg, len(configs)),
-                               cfg))
-        return feeds
-
-    def _open_source(self, cfg: SourceConfig, count: int = 1) -> PipelineSource:
-        from edgert.io.sources import open_source
-
-        if not cfg.preload:
-            from edgert.io.capture import open_captured
-
-            return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
-        from edgert.io.capture import choose_capture
-        from edgert.pipeline.preload import PreloadedSource
-
-        choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
-        if cfg.realtime:
-            raise ConfigError("source.realtime cannot apply to a preloaded source (its frames are in memory, "
-                              "timed by nothing). Note: drop --preload or --realtime")
-
-        # The file itself is read once; looping happens over the frames in memory.
-        inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
-        return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
-
-    def _start_info(self, processor: Processor) -> dict[str, object]:
-        first = self.state.feeds[0].source
-        return {
-            "task": self.config.task,
-            "model": self.config.model.path,
-            "backend": processor.backend_name,
-            "processing": processor.kind,
-            "input": {"name": processor.input_name, "shape": list(processor.input_shape),
-                      "dtype": processor.input_dtype},
-            "classes": len(self.state.names),
-            "source": first.uri if len(self.state.feeds) == 1 else [f.source.uri for f in self.state.feeds],
-            "source_info": first.info(),
-            "sources": [f.name for f in self.state.feeds],
-            "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
-            "sinks": [redact(w.sink.uri) for w in self.state.workers],
-            "slots": len(processor.slots),
-            "tracking_workers": self.state.tracking.count if self.state.tracking is not None else 0,
-            "batch": processor.batch,
-            "frames_in_flight": len(self.frames),
-            "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
-        }
 
     def _run_threads(self, processor: Processor) -> None:
         lanes = len(processor.slots)
