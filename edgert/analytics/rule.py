@@ -21,10 +21,6 @@ from edgert.vision.detections import Detections
 
 __all__ = ["Rule", "RuleKind", "RuleMetric"]
 
-#: One rule's counts: ``{class: {figure: number}}``.
-Counts = Mapping[str, Mapping[str, Any]]
-
-
 class Rule(Protocol):
     """One configured rule (a line, a zone) over the tracked detections of one source."""
 
@@ -61,8 +57,9 @@ class RuleKind:
     points: str  # the attribute of one setting that holds its coordinates: points, polygon
     make: Callable[[Any, int], Rule]  # (its settings, frames a track may go unseen) -> the rule
     owns: Callable[[Mapping[str, Any]], bool]  # whether one class's figures in a counts table are this kind's
-    text: Callable[[Counts], str]  # one rule's counts as the run summary words them
-    draw: Callable[[np.ndarray, Any, Counts], None]  # (BGR frame, settings in pixels, counts): drawn in place
+    text: Callable[[Mapping[str, Mapping[str, Any]]], str]  # one rule's counts as the run summary words them
+    #: (BGR frame, settings in pixels, counts): the rule drawn in place
+    draw: Callable[[np.ndarray, Any, Mapping[str, Mapping[str, Any]]], None]
     metrics: tuple[RuleMetric, ...] = ()
     flag: str | None = None  # the edgert run flag that adds one (--line)
     parse: Callable[[str], Any] | None = None  # the flag's text as its settings
