@@ -73,7 +73,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 
 class _HistogramBank:
     """Every source's histogram in one array (source, stage, bucket), so a batch of frames of many sources is
-    counted in one numpy call, not one per source (the results thread, scripts/profile_host.py)."""
+    counted in one numpy call, not one per source (the results thread, docs/results/README.md: host calls)."""
 
     def __init__(self) -> None:
         self.counts = np.zeros((0, len(STAGES), len(LATENCY_BUCKETS) + 1), np.int64)  # the last column: above all
@@ -109,14 +109,6 @@ class LatencyHistogram:
         with bank.lock:
             bank.counts[self.row, np.arange(t.shape[0]), slot] += 1
             bank.sums[self.row, : t.shape[0]] += t
-
-    def add_rows(self, timings: np.ndarray, buckets: np.ndarray) -> None:
-        """Several frames' seconds per stage ((m, stages) rows) whose buckets (:func:`latency_buckets`) are known."""
-        stages = timings.shape[1]
-        bank = self.bank
-        with bank.lock:
-            np.add.at(bank.counts[self.row], (np.tile(self._rows[:stages], (timings.shape[0], 1)), buckets), 1)
-            bank.sums[self.row, :stages] += timings.sum(axis=0)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """(cumulative counts per stage and bucket, the last column being +Inf; sums per stage)."""

@@ -9,7 +9,7 @@ For each model, in one process:
 2. for each batch size B, one session with ``shapes={input: (B, 3, H, W)}``; the input holds B different
    random images. ``--provider cuda`` (default): the onnxruntime-cuda backend's device-resident
    IOBinding buffers, timed with ``compute_only()`` (no host copies, one stream sync per call), as
-   scripts/bench_gpu_pipeline.py takes its compute-only figures; ``--provider cpu``: the onnxruntime
+   scripts/bench_one_pipeline.py takes its compute-only figures; ``--provider cpu``: the onnxruntime
    backend's ``infer()`` on its preallocated buffers (a quick local check). ``--rounds`` rounds of
    ``--iterations`` calls: calls/s is the median round, frames/s = B x calls/s, latency p50/p99 per
    call from the individually timed calls, and (CUDA, NVML) mJ per frame from the total-energy counter.

@@ -25,7 +25,7 @@ RSS is its own (read with ``resource.getrusage(RUSAGE_CHILDREN)`` in a wrapper p
    (entropy and min-max, as in 3.) and the default ``edgert calibrate``, on the same data: the 32 images
    of edgert's draw (seed 0) through the vision pipeline's own ``Preprocessor``, written once as an
    ``.npz`` keyed by the input name (ModelOpt's ``--calibration_data_path`` reads it, and so does the ORT
-   reader). Each Q/DQ model is evaluated with ``compare_detectors`` on the frames ``eval_int8.py`` uses
+   reader). Each Q/DQ model is evaluated with ``compare_detectors`` on held-out frames
    (the folder's images the draw did not use, then ``--frames`` frames of ``--video``), timed and
    measured for peak RSS in its own process, and parsed/built with TensorRT-RTX. ModelOpt needs torch,
    so it is installed into a throwaway venv (``--modelopt-venv``, reused when it imports), never into
@@ -216,7 +216,7 @@ def ort_quantize(model: Path, npz: Path, method: str, out: Path) -> dict[str, An
     return info
 
 
-# What eval_int8.py measures, for any Q/DQ model: compare_detectors against FP32 (ONNX Runtime CPU) on the
+# What the held-out evaluation measures, for any Q/DQ model: compare_detectors against FP32 (ONNX Runtime CPU) on the
 # folder's images the draw did not use, then ``frames`` frames of the video.
 EVAL_CHILD = r"""
 import json, sys

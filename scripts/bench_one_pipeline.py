@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The one pipeline on a GPU machine: is the product path as fast as the engine, and does it keep its promises?
 
-In ONE process on a CUDA machine (the H200 device: ``scripts/gpu_one_pipeline.sh``), writing JSON and printing
+In ONE process on a CUDA machine (the H200 device: ``scripts/gpu_pipeline.sh``), writing JSON and printing
 a table:
 
 1. **compute-only**, per model: one ONNX Runtime CUDA session on device-resident input and output (IOBinding,

@@ -18,8 +18,6 @@
 #            slot is free, where the default waits while a batch is in flight), from a patched copy of the tree
 #   rate     file sources read as fast as the pipeline takes them, 1 / 16 / 32 streams, with the compute-only
 #            column (the throughput rows); rate16: 16 streams only
-#   profile  where 16 staggered NanoDet cameras' threads wait (scripts/profile_pipeline.py), then the same with
-#            capture threads and with 3 slots: for the stall seen once in session 10 (docs/pipeline.md)
 #   tests    tests/gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +29,7 @@ if [ "$cmd" = pack ]; then
 fi
 out="${OUT:-gpu-many-streams-out}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-source scripts/gpu_ready.sh
+source scripts/gpu_stage_assets.sh
 gpu_ready ms
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -63,20 +61,8 @@ for step in "$@"; do
       streams=1,16,32; [ "$step" = rate16 ] && streams=16
       bench --compute --streams "$streams" --frames 1000 --out "$out/$step.json" 2>&1 | tee "$out/$step.log" \
         | grep -v '^INFO' ;;
-    profile)
-      src=(); for _ in $(seq 16); do src+=(--source "$EDGERT_ASSETS/video/vtest.avi"); done
-      run=(--backend onnxruntime-cuda --model "$EDGERT_ASSETS/models/detection/${models[0]}" "${src[@]}" --loop
-           --realtime --stagger)
-      timeout 120 python3 scripts/profile_pipeline.py --out "$out/profile.json" --top 5 -- "${run[@]}" \
-          --max-frames 120 2>&1 | grep -v '^INFO' | tee "$out/profile.log"
-      for variant in "--capture thread" "--slots 3"; do
-        # shellcheck disable=SC2086  # the variant is two words on purpose
-        timeout 90 python3 -m edgert.cli.main run "${run[@]}" --max-frames 100 $variant --json 2>/dev/null \
-          | python3 -c "import json, sys; s = json.load(sys.stdin); print('$variant:', s['fps'], s['batch_fill'],
-                        [x['fps'] for x in s['sources']][:4], s['latency_ms']['total'])"
-      done ;;
     tests) python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -15 ;;
-    *) echo "gpu_many_streams: unknown step $step (camera, fixed, rule, rate, rate16, profile, tests)"; exit 2 ;;
+    *) echo "gpu_many_streams: unknown step $step (camera, fixed, rule, rate, rate16, tests)"; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv > "$out/nvidia-smi.txt" 2>&1

@@ -21,7 +21,7 @@ fi
 
 out="${OUT:-gpu-pipeline-out}"
 mkdir -p "$out"
-source scripts/gpu_ready.sh
+source scripts/gpu_stage_assets.sh
 gpu_ready gp
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

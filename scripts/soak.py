@@ -324,7 +324,7 @@ def main() -> int:
         env.update(_unit_malloc_env())
     recorder = _heaptrack(env, Path(args.heaptrack).resolve()) if args.heaptrack else None
     snaps = work / "tracemalloc"
-    launcher = ([str(ROOT / "scripts" / "_tracemalloc_run.py"), str(snaps), "edgert.cli.main"] if args.tracemalloc
+    launcher = ([str(Path(__file__).resolve()), TRACEMALLOC_CHILD, str(snaps), "edgert.cli.main"] if args.tracemalloc
                 else ["-m", "edgert.cli.main"])
     proc = subprocess.Popen([sys.executable, *launcher, "run", "--config", str(cfg), "--json",
                              "--metrics", metrics], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -404,5 +404,38 @@ def main() -> int:
     return 0 if proc.returncode == 0 else 1
 
 
+#: ``soak.py --tracemalloc-child DIR MODULE ARGS``: run MODULE under tracemalloc, a snapshot on each SIGUSR1.
+TRACEMALLOC_CHILD = "--tracemalloc-child"
+TRACEMALLOC_FRAMES = 12
+
+
+def tracemalloc_child(folder: Path, module: str, args: list[str]) -> None:
+    """Run ``module`` under tracemalloc; each SIGUSR1 writes ``folder/snap-N.tm`` (``Snapshot.dump``) and a
+    ``.done`` marker, which the soak diffs grouped by traceback to say what grows. Kept out of edgert: it is a
+    measuring tool, and it slows the run."""
+    import runpy
+    import tracemalloc
+    from types import FrameType
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tracemalloc.start(TRACEMALLOC_FRAMES)
+    taken = [0]
+
+    def dump(signum: int, frame: FrameType | None) -> None:
+        snap = tracemalloc.take_snapshot().filter_traces((
+            tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+        ))
+        snap.dump(str(folder / f"snap-{taken[0]}.tm"))
+        (folder / f"snap-{taken[0]}.done").write_text("")
+        taken[0] += 1
+
+    signal.signal(signal.SIGUSR1, dump)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == TRACEMALLOC_CHILD:
+        tracemalloc_child(Path(sys.argv[2]), sys.argv[3], sys.argv[4:])
+        raise SystemExit(0)
     raise SystemExit(main())

@@ -4,7 +4,7 @@ Why our own: Roboflow's ``trackers`` (which edgert used first) needs Python 3.10
 ``opencv-python`` GUI wheel, none of which a JetPack 5/6 board can take (docs/tracking.md has the metadata
 we checked, and the alternatives). This is a port of ``trackers`` 2.6.1's ``ByteTrackTracker`` with its
 default corner (XYXY) Kalman state, in the timestamped mode edgert drives it in, so the two give the same
-ids on the same detections (``scripts/compare_trackers.py`` checks it on vtest.avi; the JSON is in
+ids on the same detections (a comparison on vtest.avi checks it; the JSON is in
 docs/results/). What is kept, on purpose, from that reference:
 
 - the noise tuning of the original ByteTrack (measurement noise x0.1, process noise x0.01 of identity),

@@ -9,16 +9,20 @@ second, a move from the right-hand side to the left-hand side is ``in``, the opp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from edgert._lazy import lazy_import
 from edgert.analytics.geometry import path_crosses_segment, side_of_line
 from edgert.config import LineConfig
 from edgert.vision.detections import Detections
+from edgert.vision.draw import draw_label
 
-__all__ = ["LineCounter", "class_matches", "counted_tracks"]
+__all__ = ["LINE_COLOR", "LineCounter", "class_matches", "counted_tracks", "draw", "owns", "text"]
+
+LINE_COLOR = (0, 255, 255)  # yellow: stands out from the class palette on most scenes
 
 
 def class_matches(classes: tuple[str, ...] | None, class_id: int, class_name: str) -> bool:
@@ -90,3 +94,26 @@ class LineCounter:
     def counts(self) -> dict[str, dict[str, int]]:
         """``{class: {"in": n, "out": n}}`` since the start (only the counted direction for a one-way line)."""
         return {name: dict(c) for name, c in sorted(self._counts.items())}
+
+
+def owns(figures: Mapping[str, Any]) -> bool:
+    """Whether one class's figures are a line's: crossings ``in`` and/or ``out``."""
+    return "in" in figures or "out" in figures
+
+
+def text(counts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line's counts as the run summary words them: ``person 3 in, 1 out``."""
+    return "; ".join(f"{c} {v.get('in', 0)} in, {v.get('out', 0)} out" for c, v in counts.items())
+
+
+def _total(per_class: Mapping[str, Mapping[str, Any]], key: str) -> int:
+    return int(sum(int(c.get(key, 0)) for c in per_class.values()))
+
+
+def draw(frame_bgr: np.ndarray, config: LineConfig, counts: Mapping[str, Mapping[str, Any]]) -> None:
+    """The line (in pixels) with its ``in``/``out`` totals, drawn in place."""
+    cv2 = lazy_import("cv2", "drawing analytics")
+    (x1, y1), (x2, y2) = (tuple(round(float(v)) for v in p) for p in config.points)
+    cv2.line(frame_bgr, (x1, y1), (x2, y2), LINE_COLOR, 2, cv2.LINE_AA)
+    label = f"{config.name}: in {_total(counts, 'in')} out {_total(counts, 'out')}"
+    draw_label(frame_bgr, label, ((x1 + x2) // 2, (y1 + y2) // 2 - 4), LINE_COLOR)

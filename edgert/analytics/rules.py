@@ -7,19 +7,19 @@
 Coordinates are frame pixels, or fractions of the frame's width and height when every coordinate of the
 line or zone lies within 0..1 (``door:0.5,0,0.5,1`` is the vertical middle of any frame). What can only be
 checked once the source and the model are open (a point off the frame, a class the model does not have) is
-checked by :func:`resolve_rules`, before any sink opens; every bad rule is one line.
+checked by :func:`edgert.analytics.table.resolve_rules` (with :func:`on_frame` and :func:`check_classes`),
+before any sink opens; every bad rule is one line.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
-from edgert.config import AnalyticsConfig, FieldError, LineConfig, ZoneConfig
+from edgert.config import FieldError, LineConfig, ZoneConfig
 from edgert.errors import ConfigError
 
-__all__ = ["is_normalized", "parse_line", "parse_zone", "resolve_rules", "with_rules"]
+__all__ = ["check_classes", "is_normalized", "on_frame", "parse_line", "parse_zone"]
 
 _DIRECTIONS = ("in", "out", "both")
 
@@ -114,7 +114,7 @@ def is_normalized(points: Sequence[Sequence[float]]) -> bool:
     return all(0.0 <= float(v) <= 1.0 for p in points for v in p)
 
 
-def _on_frame(kind: str, name: str, points: Sequence[Sequence[float]], width: int, height: int,
+def on_frame(kind: str, name: str, points: Sequence[Sequence[float]], width: int, height: int,
               source: str) -> tuple[tuple[float, float], ...]:
     """``points`` in pixels (scaled when normalised); a ConfigError naming the first point off the frame."""
     if is_normalized(points):
@@ -126,7 +126,7 @@ def _on_frame(kind: str, name: str, points: Sequence[Sequence[float]], width: in
     return tuple((float(x), float(y)) for x, y in points)
 
 
-def _check_classes(kind: str, name: str, classes: tuple[str, ...] | None, names: Sequence[str]) -> None:
+def check_classes(kind: str, name: str, classes: tuple[str, ...] | None, names: Sequence[str]) -> None:
     if classes is None:
         return
     for c in classes:
@@ -136,38 +136,3 @@ def _check_classes(kind: str, name: str, classes: tuple[str, ...] | None, names:
         known = f"the model's classes are {shown} (or ids 0..{len(names) - 1})" if names else \
             "the model has no class names: give class ids"
         raise ConfigError(f"analytics: {kind} {name}: unknown class {c!r}. Note: {known}")
-
-
-def resolve_rules(config: AnalyticsConfig, width: int, height: int, names: Sequence[str] = (),
-                  source: str = "?") -> AnalyticsConfig:
-    """``config`` for one source of ``width`` x ``height``: normalised coordinates scaled to pixels, every
-    point checked to lie on the frame and every class filter against the model's ``names``."""
-    if not config.enabled:
-        return config
-    if not width or not height:
-        for kind, name, pts in [*(("line", x.name, x.points) for x in config.lines),
-                                *(("zone", z.name, z.polygon) for z in config.zones)]:
-            if is_normalized(pts):
-                raise ConfigError(f"analytics: {kind} {name}: 0..1 coordinates need the frame size, and source "
-                                  f"{source} does not report one. Note: give pixel coordinates")
-    lines, zones = [], []
-    for line in config.lines:
-        _check_classes("line", line.name, line.classes, names)
-        points = line.points if not width or not height else _on_frame("line", line.name, line.points, width,
-                                                                          height, source)
-        lines.append(dataclasses.replace(line, points=points))
-    for zone in config.zones:
-        _check_classes("zone", zone.name, zone.classes, names)
-        polygon = zone.polygon if not width or not height else _on_frame("zone", zone.name, zone.polygon, width,
-                                                                            height, source)
-        zones.append(dataclasses.replace(zone, polygon=polygon))
-    return dataclasses.replace(config, lines=tuple(lines), zones=tuple(zones))
-
-
-def with_rules(config: AnalyticsConfig, lines: Sequence[str] = (), zones: Sequence[str] = ()) -> AnalyticsConfig:
-    """``config`` with the ``--line`` and ``--zone`` flags' rules added after its own."""
-    try:
-        return dataclasses.replace(config, lines=(*config.lines, *(parse_line(t) for t in lines)),
-                                   zones=(*config.zones, *(parse_zone(t) for t in zones)))
-    except FieldError as exc:  # a name given twice, across the config and the flags
-        raise ConfigError(f"--line/--zone: {exc.message}") from None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from edgert.analytics.analytics import Analytics
-from edgert.analytics.rules import resolve_rules
+from edgert.analytics.table import resolve_rules
 from edgert.analytics.tracking import Tracker
 from edgert.config import PipelineConfig
 from edgert.vision.detections import Detections
@@ -67,7 +67,7 @@ def make_result_stages(config: PipelineConfig, fps: float | None = None,
 
     ``fps`` is the source's frame rate (the tracker's time base when ``track.frame_rate`` is not set).
     With ``frame_size`` (width, height) and the model's class ``names``, the lines and zones are checked
-    against that source first (:func:`~edgert.analytics.rules.resolve_rules`: 0..1 coordinates scaled,
+    against that source first (:func:`~edgert.analytics.table.resolve_rules`: 0..1 coordinates scaled,
     points off the frame and unknown classes refused in one line).
     """
     stages: list[ResultStage] = []

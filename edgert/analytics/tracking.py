@@ -5,7 +5,7 @@ does (Python 3.8-3.12, NumPy 1.x and 2.x, no OpenCV wheel; ``[track]`` adds only
 ``sort`` and ``ocsort`` are Roboflow's ``trackers`` package (Apache-2.0; Python 3.10+, NumPy 2 and the
 ``opencv-python`` wheel, so not on JetPack 5/6: docs/tracking.md), imported only when such a tracker is
 made. ``implementation="trackers"`` runs trackers' own ByteTrack instead, which
-``scripts/compare_trackers.py`` uses to show the two give the same tracks.
+a comparison on vtest.avi used to show the two give the same tracks (docs/results/README.md).
 
 The tracker is stepped by frame index (``timestamp = frame_index / frame_rate``) rather than by wall
 clock: a video file decoded faster than real time then tracks as it would at its own rate, and frames a

@@ -11,17 +11,22 @@ occupancy reaches N, ``zone_clear`` when it falls below N again (after the frame
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from edgert._lazy import lazy_import
 from edgert.analytics.geometry import points_in_polygon
 from edgert.analytics.lines import counted_tracks
 from edgert.config import ZoneConfig
 from edgert.vision.detections import Detections
+from edgert.vision.draw import draw_label
 
-__all__ = ["ZoneMonitor"]
+__all__ = ["ZONE_COLOR", "ZoneMonitor", "draw", "owns", "text"]
+
+ZONE_COLOR = (255, 160, 0)
 
 
 @dataclass
@@ -113,3 +118,24 @@ class ZoneMonitor:
             out[name] = {"occupancy": occupancy.get(name, 0), "entered": int(total["entered"]),
                          "exited": int(total["exited"]), "dwell_s": round(total["dwell_s"], 3)}
         return out
+
+
+def owns(figures: Mapping[str, Any]) -> bool:
+    """Whether one class's figures are a zone's: ``occupancy``, ``entered``, ``exited``."""
+    return "occupancy" in figures
+
+
+def text(counts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One zone's counts as the run summary words them: ``person 2 now, 5 entered, 3 exited``."""
+    return "; ".join(f"{c} {int(v['occupancy'])} now, {v['entered']} entered, {v['exited']} exited"
+                     for c, v in counts.items())
+
+
+def draw(frame_bgr: np.ndarray, config: ZoneConfig, counts: Mapping[str, Mapping[str, Any]]) -> None:
+    """The zone's polygon (in pixels) with its occupancy, drawn in place."""
+    cv2 = lazy_import("cv2", "drawing analytics")
+    poly = np.rint(np.asarray(config.polygon, np.float64)).astype(np.int32).reshape(-1, 1, 2)
+    cv2.polylines(frame_bgr, [poly], True, ZONE_COLOR, 2, cv2.LINE_AA)
+    occupancy = int(sum(int(c.get("occupancy", 0)) for c in counts.values()))
+    top = poly.reshape(-1, 2)[np.argmin(poly.reshape(-1, 2)[:, 1])]
+    draw_label(frame_bgr, f"{config.name}: {occupancy}", (int(top[0]), int(top[1])), ZONE_COLOR)

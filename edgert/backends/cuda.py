@@ -247,7 +247,7 @@ class Kernel:
                        stream: Stream, shared: int) -> None:
         # pycuda's prepared call is about ten Python-level steps per launch (block shape, pack, texrefs, launch),
         # each made with the slot thread holding the interpreter lock the other slots wait for: at 16 NanoDet
-        # streams on the H200 its lines were 7 % of the lock's samples (docs/pipeline.md, session 8). Here: one
+        # streams on the H200 its lines were 7 % of the lock's samples (docs/pipeline.md). Here: one
         # pack into this thread's buffer (the driver copies the parameters at launch, so the buffer is free
         # again when the call returns) and one driver call.
         local = self._local
@@ -465,7 +465,7 @@ def copy_htod_async_pinned(ptr: int, host: np.ndarray, stream: Stream) -> None:
     calls it through ``ctypes.PyDLL``, which does not release the interpreter lock. pycuda's
     ``memcpy_htod_async`` releases it, and with one copy per frame every copy then waited to get the lock back
     behind the other threads: at 16 NanoDet streams on the H200 that wait was a third of each slot thread's
-    time (scripts/profile_pipeline.py, docs/pipeline.md). Pageable memory would make the call wait for the
+    time (docs/results/README.md: thread profiles). Pageable memory would make the call wait for the
     copy with the lock held: only page-locked buffers come here (the processor's own and the capture rings).
     """
     copy_htod_address_pinned(ptr, host.__array_interface__["data"][0], host.nbytes, stream)

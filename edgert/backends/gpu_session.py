@@ -10,7 +10,7 @@ Part batches: the buffers hold the batch the session was opened for, and a model
 also run on their first rows. :meth:`GpuSession.allow_part_batches` picks the sizes (:func:`batch_sizes`: 1, 2,
 4, ... and the whole batch) and :meth:`GpuSession.use_rows` runs the next calls at the smallest that holds the
 rows, so a batch of 3 frames costs what 4 do, not what 16 do (measured on the H100: YOLOv8s at batch 1 in a
-batch-16 session 1.9 ms against 9.4 ms for 16; docs/pipeline.md, issue 28 session 11). Sizes are powers of two
+batch-16 engine 1.9 ms against 9.4 ms for 16; docs/pipeline.md). Sizes are powers of two
 because each size costs a warm-up run and, on ONNX Runtime, a session of its own (its CUDA provider tunes cuDNN
 again whenever one session's input shape changes: :meth:`OnnxRuntimeCudaSession._prepare_rows`).
 """

@@ -95,7 +95,7 @@ class OnnxRuntimeCudaSession(GpuSession):
     def _prepare_rows(self, sizes: tuple[int, ...]) -> None:
         """An ONNX Runtime session per smaller size, on this session's stream and buffers. Why not one session
         bound at several sizes: ONNX Runtime 1.31's CUDA provider tunes cuDNN again on every change of input
-        shape, 0.4-0.9 s a call when sizes alternate (measured on the H200, docs/pipeline.md issue 28 session 11);
+        shape, 0.4-0.9 s a call when sizes alternate (measured on the H200, docs/pipeline.md);
         a session that only ever sees one size tunes once, in the warm-up."""
         full = self.full_batch()
         with self.device.active():

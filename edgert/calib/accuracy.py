@@ -33,12 +33,14 @@ class MapResult:
     per_class: dict[int, float]  # class id -> AP@0.5:0.95
     ground_truth: int  # reference boxes
     predictions: int  # candidate boxes
+    per_class_boxes: dict[int, int] = field(default_factory=dict)  # class id -> reference boxes
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "map50_95": _num(self.map50_95), "map50": _num(self.map50),
             "per_class": {str(k): _num(v) for k, v in sorted(self.per_class.items())},
             "ground_truth": self.ground_truth, "predictions": self.predictions,
+            "per_class_boxes": {str(k): v for k, v in sorted(self.per_class_boxes.items())},
         }
 
 
@@ -127,7 +129,7 @@ def detection_map(reference: Sequence[Detections], candidate: Sequence[Detection
         return MapResult(value, value, {}, 0, n_pred)
     return MapResult(
         float(np.mean(list(per_class.values()))), float(np.mean(list(per_class50.values()))),
-        per_class, sum(n_gt.values()), n_pred,
+        per_class, sum(n_gt.values()), n_pred, dict(n_gt),
     )
 
 

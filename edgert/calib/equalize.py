@@ -19,7 +19,7 @@ one source conv; it is rescaled only when every consumer of every tensor in it c
 op above, or a group-1 Conv reading it as data). Anything else (an Add, a Sigmoid, SiLU's Mul, a graph
 output, a Split) leaves the whole region alone: :func:`find_regions` says why for each. With
 ``through_adds`` an Add of two such tensors joins their regions instead (its convs share one ``d``).
-Measured on the asset detectors over 13 calibration draws (calibration/README.md, session 8): that, and
+Measured on the asset detectors over 13 calibration draws (calibration/README.md): that, and
 iterating the ``weights`` pass to convergence, did not pay; both are off by default.
 """
 

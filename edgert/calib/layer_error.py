@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import numpy as np
 import onnx
@@ -29,12 +28,12 @@ log = logging.getLogger(__name__)
 _SUFFIX_Q = "__edgert_int8"
 
 
-def twin_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-               write_kwargs: Mapping[str, Any] | None = None) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
+def twin_model(model: onnx.ModelProto, plan: GraphPlan,
+               amax: Mapping[str, float]) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
     """``(model with twins, {node: (FP32 output, INT8 twin's output)})`` for every target of ``plan``: each
-    twin is the node as the Q/DQ model has it (``write_kwargs``: :func:`.qdq.write_qdq`'s) reading the FP32
+    twin is the node as the Q/DQ model (:func:`.qdq.write_qdq`) has it, reading the FP32
     activations through its Q/DQ pairs. The graph outputs are left to the caller."""
-    qdq = write_qdq(model, plan, amax, **dict(write_kwargs or {}))
+    qdq = write_qdq(model, plan, amax)
     targets = {t.node for t in plan.targets}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -63,10 +62,10 @@ def twin_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float
     return probe, pairs
 
 
-def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-                write_kwargs: Mapping[str, Any] | None = None) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
+def probe_model(model: onnx.ModelProto, plan: GraphPlan,
+                amax: Mapping[str, float]) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
     """``(probe, {node: (error output, signal output)})`` for every target of ``plan`` (see the module doc)."""
-    probe, pairs = twin_model(model, plan, amax, write_kwargs)
+    probe, pairs = twin_model(model, plan, amax)
     g = probe.graph
     outputs: dict[str, tuple[str, str]] = {}
     for node, (ref, twin) in pairs.items():
@@ -82,11 +81,10 @@ def probe_model(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, floa
 
 
 def layer_errors(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-                 feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 0,
-                 write_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
+                 feeds: Iterable[Mapping[str, np.ndarray]], threads: int = 0) -> dict[str, float]:
     """Per target node of ``plan``: its output's INT8 NSR (sum of squared error / sum of square) over ``feeds``."""
 
-    probe, outputs = probe_model(model, plan, amax, write_kwargs)
+    probe, outputs = probe_model(model, plan, amax)
     sess = cpu_session(probe, threads, spin_wait=True, what="measuring layer errors")
     names = [n for pair in outputs.values() for n in pair]
     sums = np.zeros(len(names), np.float64)

@@ -337,14 +337,9 @@ def _safe(name: str) -> str:
 
 
 def write_qdq(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float],
-              exclude_nodes: Iterable[str] = (), metadata: Mapping[str, str] | None = None,
-              bias: Mapping[str, np.ndarray] | None = None,
-              rounding: Mapping[str, np.ndarray] | None = None) -> onnx.ModelProto:
-    """The Q/DQ model: ``plan``'s targets (minus ``exclude_nodes``) quantized with ranges ``amax``.
-
-    ``bias``: per Conv node, a per-output-channel amount added to its bias when (and only when) the node is
-    quantized (:mod:`.bias_correction`): a layer left float keeps its FP32 bias. ``rounding``: per weight
-    initializer, its INT8 values (:mod:`.rounding`) in place of the nearest ones, on the same scales."""
+              exclude_nodes: Iterable[str] = (), metadata: Mapping[str, str] | None = None) -> onnx.ModelProto:
+    """The Q/DQ model: ``plan``'s targets (minus ``exclude_nodes``) quantized with ranges ``amax`` (weights
+    per output channel, rounded to nearest; biases float)."""
     excluded = set(exclude_nodes)
     targets = {t.node: t for t in plan.targets if t.node not in excluded}
     missing = sorted({a for t in targets.values() for a in t.activations if a not in amax})
@@ -385,8 +380,6 @@ def write_qdq(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float]
         if key in weight_dq:
             return weight_dq[key]
         q, scale = quantize_weight(numpy_helper.to_array(inits[w]), axis)
-        if rounding and w in rounding and axis == 0 and rounding[w].shape == q.shape:
-            q = np.asarray(rounding[w], np.int8)
         q_name, s_name, z_name = fresh(f"{w}_quantized"), fresh(f"{w}_scale"), fresh(f"{w}_zero_point")
         new_inits.append(numpy_helper.from_array(q, q_name))
         new_inits.append(numpy_helper.from_array(scale, s_name))
@@ -399,17 +392,6 @@ def write_qdq(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float]
         weight_dq[key] = dq_out
         return dq_out
 
-    def emit_bias(node: onnx.NodeProto, delta: np.ndarray) -> None:
-        old = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        if old is not None and old not in inits:
-            return  # a bias computed at run time: nothing to fold into
-        base = numpy_helper.to_array(inits[old]).astype(np.float32) if old else np.zeros(delta.shape, np.float32)
-        name = fresh(f"{old or node.name}_corrected")
-        new_inits.append(numpy_helper.from_array((base + delta.astype(np.float32)).astype(np.float32), name))
-        while len(node.input) < 3:
-            node.input.append("")
-        node.input[2] = name
-
     for node in g.node:
         target = targets.get(node.name)
         if target is not None:
@@ -418,8 +400,6 @@ def write_qdq(model: onnx.ModelProto, plan: GraphPlan, amax: Mapping[str, float]
                     node.input[i] = emit_activation(t)
                 elif target.weight is not None and t == target.weight and i > 0:
                     node.input[i] = emit_weight(t, target.weight_axis)
-            if bias and node.name in bias and node.op_type == "Conv":
-                emit_bias(node, bias[node.name])
         nodes.append(node)
 
     # Float weights every user of which now reads the INT8 copy are dropped (the file shrinks ~4x).

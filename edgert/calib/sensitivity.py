@@ -165,7 +165,7 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
                       evaluate: Callable[[Path], dict[str, Any]],
                       max_drop: float, feeds: Iterable[Mapping[str, np.ndarray]], macs: Mapping[str, int],
                       max_float: float = 0.1, log_fn: Callable[[str], None] | None = None,
-                      write_kwargs: Mapping[str, Any] | None = None, size_weight: float = 0.0,
+                      size_weight: float = 0.0,
                       full_int8_measured: bool = True) -> SensitivityResult:
     """Choose layers to keep in float so that mAP >= 1 - ``max_drop`` with at most ``max_float`` of the
     model's MACs (``macs``: per weighted node) in float (see the module docstring). ``evaluate``: the
@@ -174,8 +174,7 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
     inputs of the frames the layers' errors are measured on. ``size_weight``: :func:`rank_candidates`'s.
     ``full_int8_measured``: the caller measured full INT8 and it missed the target; when False and the
     budget's layers meet it, full INT8 is measured here (and kept, with no float layer, if it meets it too)."""
-    kw = dict(write_kwargs or {})
-    scores = layer_errors(model, plan, amax, feeds, write_kwargs=kw)
+    scores = layer_errors(model, plan, amax, feeds)
     total = sum(macs.values())
     budget = int(max_float * total)
     targets = [t.node for t in plan.targets]
@@ -199,7 +198,7 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
 
         def measure(count: int) -> float:
             chosen = chosen_all[:count]
-            onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen, **kw), str(path))
+            onnx.save(write_qdq(model, plan, amax, exclude_nodes=chosen), str(path))
             measured[count] = evaluate(path)
             value = float(measured[count]["map"]["map50_95"])
             float_share = sum(cost[n] for n in chosen) / total if total else 0.0

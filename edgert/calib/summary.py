@@ -55,43 +55,27 @@ def _short(name: str, width: int) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
-def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
-    """A readable summary: the tensors (quantized ones first), accuracy, time, memory."""
-    rows = list(report.get("tensors", []))
-    shown = [r for r in rows if r["role"] == "qdq"] + [r for r in rows if r["role"] != "qdq"]
-    lines = [verdict_line(report), ""]
-    lines.append(f"{'tensor':<48} {'role':<22} {'amax':>10} {'abs max':>10} {'amax/max':>8}")
-    for r in shown[:max_rows]:
-        lines.append(f"{_short(r['tensor'], 48):<48} {r['role']:<22} {r['amax']:>10.4g} {r['abs_max']:>10.4g} "
-                     f"{r['clip_ratio']:>8.3f}")
-    if len(shown) > max_rows:
-        lines.append(f"... {len(shown) - max_rows} more tensors in the JSON report")
-    s = report.get("summary", {})
-    lines.append("")
-    lines.append(f"model        {report.get('model')}  ->  {report.get('output')}")
-    lines.append(f"method       {report.get('method')}  images {report.get('images', {}).get('used')} "
-                 f"(skipped {report.get('images', {}).get('skipped')})  seed {report.get('seed')}")
-    lines.append(f"quantized    {s.get('quantized_layers')} layers, {s.get('qdq_tensors')} activation Q/DQ pairs; "
-                 f"{s.get('float_layers')} layers kept float; {s.get('cache_tensors')} tensors in the TensorRT cache")
-    eq = report.get("equalization")
-    if eq:
-        convs = sum(len(r["sources"]) for r in eq.get("regions", []))
-        lines.append(f"equalised    {eq.get('ranges')} (alpha {eq.get('alpha')}): {convs} convs rescaled in "
-                     f"{len(eq.get('regions', []))} regions, {len(eq.get('not_rescaled', {}))} regions left alone "
-                     "(why: the JSON report's equalization)")
-    macs = report.get("macs")
-    if macs:
-        lines.append(f"INT8 MACs    {100 * macs['int8_share']:.1f} % of {macs['total_macs'] / 1e9:.3g} G multiply-"
-                     f"accumulates ({macs['int8_layers']} of {macs['layers']} Conv/Gemm/MatMul layers in INT8)")
-    engine = report.get("engine")
-    if engine:
-        lines.append(f"engine       TensorRT-RTX {engine.get('tensorrt_rtx', '')}: {engine.get('engine_mb')} MB"
-                     if engine.get("built") else f"engine       not built: {engine.get('why')}")
-    sens_float = {n: why for n, why in (report.get("float_layers") or {}).items() if why.startswith("sensitivity")}
-    for n, why in list(sens_float.items())[:8]:
-        lines.append(f"float        {_short(n, 40)}: {why}")
-    if len(sens_float) > 8:
-        lines.append(f"float        ... {len(sens_float) - 8} more in the JSON report")
+def format_table(report: Mapping[str, Any], max_rows: int = 40, tensors: bool = True) -> str:
+    """A readable summary: the verdict, the INT8/float trade-off and the check first, then time and memory; the
+    per-tensor ranges (quantized ones first) at the end with ``tensors`` (``edgert calibrate -v``)."""
+    lines = [verdict_line(report)]
+    lines.extend(_tradeoff_lines(report))
+    lines.extend(_detail_lines(report))
+    if tensors:
+        rows = list(report.get("tensors", []))
+        shown = [r for r in rows if r["role"] == "qdq"] + [r for r in rows if r["role"] != "qdq"]
+        lines += ["", f"{'tensor':<48} {'role':<22} {'amax':>10} {'abs max':>10} {'amax/max':>8}"]
+        for r in shown[:max_rows]:
+            lines.append(f"{_short(r['tensor'], 48):<48} {r['role']:<22} {r['amax']:>10.4g} {r['abs_max']:>10.4g} "
+                         f"{r['clip_ratio']:>8.3f}")
+        if len(shown) > max_rows:
+            lines.append(f"... {len(shown) - max_rows} more tensors in the JSON report")
+    return "\n".join(lines)
+
+
+def _tradeoff_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the INT8 model gives and costs: its agreement with FP32, its INT8 share, the layers kept float."""
+    lines: list[str] = []
     acc = report.get("accuracy")
     if acc and acc.get("map"):
         m, ms = acc["map"], acc.get("map_strict", {})
@@ -102,10 +86,35 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
         lines.append(f"accuracy     {errs}")
     elif acc and acc.get("skipped"):
         lines.append(f"accuracy     not measured: {acc['skipped']}")
-    sens = report.get("sensitivity")
-    if sens:
-        lines.append(f"sensitivity  {len(sens.get('float_layers', []))} layer(s) left in float; "
-                     f"target {'met' if sens.get('target_met') else 'NOT met'}")
+    macs = report.get("macs")
+    if macs:
+        lines.append(f"INT8 MACs    {100 * macs['int8_share']:.1f} % of {macs['total_macs'] / 1e9:.3g} G multiply-"
+                     f"accumulates ({macs['int8_layers']} of {macs['layers']} Conv/Gemm/MatMul layers in INT8)")
+    sens_float = {n: why for n, why in (report.get("float_layers") or {}).items() if why.startswith("sensitivity")}
+    for n, why in list(sens_float.items())[:8]:
+        lines.append(f"float        {_short(n, 40)}: {why}")
+    if len(sens_float) > 8:
+        lines.append(f"float        ... {len(sens_float) - 8} more in the JSON report")
+    engine = report.get("engine")
+    if engine:
+        lines.append(f"engine       TensorRT-RTX {engine.get('tensorrt_rtx', '')}: {engine.get('engine_mb')} MB"
+                     if engine.get("built") else f"engine       not built: {engine.get('why')}")
+    return lines
+
+
+def _detail_lines(report: Mapping[str, Any]) -> list[str]:
+    s = report.get("summary", {})
+    lines = [f"model        {report.get('model')}  ->  {report.get('output')}"]
+    lines.append(f"method       {report.get('method')}  images {report.get('images', {}).get('used')} "
+                 f"(skipped {report.get('images', {}).get('skipped')})  seed {report.get('seed')}")
+    lines.append(f"quantized    {s.get('quantized_layers')} layers, {s.get('qdq_tensors')} activation Q/DQ pairs; "
+                 f"{s.get('float_layers')} layers kept float; {s.get('cache_tensors')} tensors in the TensorRT cache")
+    eq = report.get("equalization")
+    if eq:
+        convs = sum(len(r["sources"]) for r in eq.get("regions", []))
+        lines.append(f"equalised    {eq.get('ranges')} (alpha {eq.get('alpha')}): {convs} convs rescaled in "
+                     f"{len(eq.get('regions', []))} regions, {len(eq.get('not_rescaled', {}))} regions left alone "
+                     "(why: the JSON report's equalization)")
     t = report.get("timing_s", {})
     lines.append(f"time         {t.get('total')} s (statistics {t.get('collect')} s, equalise "
                  f"{t.get('equalize', 0)} s, ranges {t.get('ranges')} s, check {t.get('check')} s, "
@@ -116,7 +125,7 @@ def format_table(report: Mapping[str, Any], max_rows: int = 40) -> str:
         lines.append(f"trt cache    none: {cache.get('why')}")
     files = report.get("files", {})
     lines.append(f"wrote        {', '.join(str(v) for v in files.values())}")
-    return "\n".join(lines)
+    return lines
 
 
 def verdict_line(report: Mapping[str, Any]) -> str:
@@ -124,10 +133,14 @@ def verdict_line(report: Mapping[str, Any]) -> str:
     v = report.get("verdict") or {}
     share = v.get("int8_mac_share")
     at = f"; {100 * share:.1f} % of MACs in INT8" if share is not None else ""
+    if v.get("collapse"):
+        return f"COLLAPSED    {v.get('why')}{at}"
     if v.get("met") is True:
         return f"TARGET MET   mAP@0.5:0.95 vs FP32 {v.get('map50_95'):.4f} >= {v.get('target')}{at}"
     if v.get("met") is False:
-        return f"TARGET NOT MET   {v.get('why')}{at}"
+        return f"TARGET NOT MET   {v.get('why')}{at}" if v.get("failed") else \
+            f"BELOW TARGET mAP@0.5:0.95 vs FP32 {v.get('map50_95'):.4f} < {v.get('target')} (the default target: " \
+            f"a figure, not a failure; give --max-drop to make it one){at}"
     return f"NO TARGET    {v.get('why', 'no accuracy target')}{at}"
 
 

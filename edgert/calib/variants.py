@@ -1,22 +1,20 @@
 """Copies of calibration images: mirrored, at half size, tiled in mosaics, degraded as compressed video.
 
-The check set of the mixed-precision pass (``calibrate._check_frames``) adds them to the calibration
-images so a layer is judged on scenes it did not get its ranges from; ``CalibrationOptions.calib_variants``
-feeds them to the range collection too (:func:`with_variants`), so the histograms see small objects and
-crowded frames as a street camera does.
+The check set of the mixed-precision pass (:func:`edgert.calib.check.check_frames`) adds them to the
+calibration images so a layer is judged on scenes it did not get its ranges from (small objects and crowded
+frames, as a street camera sees them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from edgert._lazy import lazy_import
 from edgert.errors import CalibrationError
 
-__all__ = ["VARIANTS", "degraded", "known_variants", "mosaic", "small", "variant_copies", "with_variants"]
+__all__ = ["VARIANTS", "degraded", "known_variants", "mosaic", "small", "variant_copies"]
 
 #: The copies of each image a variant name adds, and what each says in the report.
 VARIANTS = {
@@ -49,21 +47,6 @@ def variant_copies(chosen: Sequence[np.ndarray], variant: str) -> Iterator[np.nd
             yield degraded(img)
         else:
             raise CalibrationError(f"unknown image variant {variant!r}; known: {', '.join(VARIANTS)}")
-
-
-def with_variants(samples: Iterable[tuple[Path, np.ndarray]],
-                  variants: Sequence[str]) -> Iterator[tuple[Path | str, np.ndarray]]:
-    """``samples`` as they come, then per name in ``variants`` one copy of each: the calibration stream
-    with the copies a range collection also sees. The images are kept (decoded) only when a variant needs them."""
-    known_variants(variants, "calibration variant")
-    chosen: list[np.ndarray] = []
-    for path, img in samples:
-        if variants:
-            chosen.append(img)
-        yield path, img
-    for variant in variants:
-        for k, copy in enumerate(variant_copies(chosen, variant)):
-            yield f"{variant}#{k}", copy
 
 
 def small(image: np.ndarray) -> np.ndarray:

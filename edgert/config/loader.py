@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from edgert.config.convert import _Where, from_mapping
 from edgert.config.schema import PipelineConfig, SourceConfig
 from edgert.errors import ConfigError
+from edgert.jsonl_uri import JSONL, STDOUT, jsonl_path
 
 if TYPE_CHECKING:
     import yaml  # imported where a file is loaded: ``import edgert`` needs numpy alone
@@ -174,10 +175,11 @@ def load_config(path: str | Path, cls: type[Any] = PipelineConfig) -> Any:
 def _rebase(text: str, base: Path) -> str:
     """A relative local path (or ``file://``/``jsonl://`` path) in a file made relative to ``base``; URIs of
     other schemes, ``-``, camera indices, ``~`` and absolute paths as they are."""
-    for prefix in ("jsonl://", "file://"):
-        if text.startswith(prefix):
-            rest = text[len(prefix):]
-            return text if rest in ("", "-") else prefix + _rebase(rest, base)
+    rest = jsonl_path(text)
+    if rest is not None:
+        return text if rest in ("", STDOUT) else JSONL + _rebase(rest, base)
+    if text.startswith("file://"):
+        return text if not text[len("file://"):] else "file://" + _rebase(text[len("file://"):], base)
     if not text or text == "-" or "://" in text or text.isdigit() or text.startswith(("/", "~")):
         return text
     return str(base / text)

@@ -16,6 +16,7 @@ from edgert.search_rules import (
     patience_problem,
     temperatures_problem,
 )
+from edgert.tasks import SPEECH_TASKS, SpeechTask, Task
 
 #: Upper bounds on counts that allocate per unit (frame buffers, sessions).
 MAX_QUEUE_SIZE = 64
@@ -347,7 +348,7 @@ class AsrConfig:
 class SpeechConfig:
     """The speech chain (vad -> wakeword -> asr); () runs the stage of ``task`` (after vad if it has a model)."""
 
-    chain: tuple[Literal["vad", "wakeword", "asr"], ...] = ()
+    chain: tuple[SpeechTask, ...] = ()
     chunk_samples: int = 512  # 32 ms at 16 kHz: one VAD window
     vad: VadConfig = field(default_factory=VadConfig)
     wakeword: WakeWordConfig = field(default_factory=WakeWordConfig)
@@ -355,7 +356,7 @@ class SpeechConfig:
 
     def __post_init__(self) -> None:
         _check(self.chunk_samples >= 1, "chunk_samples", f"expected >= 1, got {self.chunk_samples}")
-        order = ("vad", "wakeword", "asr")
+        order = SPEECH_TASKS
         _check(len(set(self.chain)) == len(self.chain) and list(self.chain) == sorted(self.chain, key=order.index),
                "chain", f"expected stages in the order vad, wakeword, asr, each once; got {', '.join(self.chain)}")
         _check("wakeword" not in self.chain or "asr" not in self.chain or "vad" in self.chain, "chain",
@@ -464,7 +465,7 @@ class AnalyticsConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    task: Literal["detect", "vad", "wakeword", "asr"] = "detect"
+    task: Task = "detect"
     model: ModelConfig = field(default_factory=ModelConfig)
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)

@@ -115,9 +115,6 @@ class AudioFrames:
             self._inner = None
         self._chunks = None
 
-    def seconds_read(self) -> float:
-        return float(getattr(self._inner, "samples_read", 0)) / 16000.0 if self._inner is not None else 0.0
-
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"uri": self.uri, "kind": self.kind, "live": self.live, "width": 0, "height": 0,
                                "fps": self.fps, "stalls": 0, "sample_rate": 16000,

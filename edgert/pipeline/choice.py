@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GPU_ONLY_KEYS", "batched_model", "open_processor", "resolve_processing"]
 
-log = logging.getLogger("edgert.pipeline.processor")
+log = logging.getLogger(__name__)
 
 
 #: runtime keys that only the GPU processor reads, with the flag that sets each.
@@ -122,7 +122,7 @@ def open_processor(config: PipelineConfig, detector: Detector | None = None, bat
     :class:`~edgert.vision.detector.Detector` whose session the CPU processor forks (benchmarks,
     applications that already hold one); it stays the caller's to close.
     """
-    from edgert.speech.stages import SPEECH_TASKS
+    from edgert.tasks import SPEECH_TASKS
 
     if config.task in SPEECH_TASKS:  # the speech chain behind one slot (edgert.pipeline.speech)
         from edgert.pipeline.speech import SpeechProcessor

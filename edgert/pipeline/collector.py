@@ -3,7 +3,7 @@
 Why: with a thread per source, each of 16 streams' frames woke its own thread twice (a free frame, then the
 worker's message) and cost about 90 Python calls and five system calls in the pipeline's process, every one of
 them waiting for the interpreter lock beside the slot threads that feed the engine. Measured on the H200 at 16
-NanoDet streams (issue 28, docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
+NanoDet streams (docs/pipeline.md), the capture threads were the largest user of that lock (0.36 of
 a core); the slot threads' postprocess step, which reacquires it a few times per batch, took 8 ms of wall time
 for about 2 ms of work. The collector polls every worker's pipe and one pipe the workers share for their frames
 (:mod:`edgert.io.capture.hub`) in one call, reads the shared pipe once per wake (every worker's frames) and a
@@ -11,7 +11,7 @@ worker's own pipe only when it says something else (a frame larger than its slot
 gets the frames the results thread finished in one hand-over per batch (:meth:`Collector.give_back`), gives a
 worker its slots back two at a time, and tells the batcher once per wake; per frame only its record's unpickling
 and a few attribute stores remain (about 30 Python calls and 0.8 pipe system calls a frame at 16 streams, where a
-thread per source made about 88 and five: ``scripts/profile_host.py``, docs/pipeline.md).
+thread per source made about 88 and five: ``docs/results/README.md: host calls``, docs/pipeline.md).
 
 What stays per source is what :meth:`~edgert.pipeline.runner.Pipeline._capture` does: ``max_frames``, the order,
 a failing source dropping out (the run's failure when it is the only one), its end reason, and its first

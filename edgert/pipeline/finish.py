@@ -83,7 +83,8 @@ def emit(run: RunState, feed: _Feed, f: _Frame, detections: Detections, events: 
 
 def _draw(run: RunState, feed: _Feed, pixels: np.ndarray, detections: Detections) -> None:
     """Boxes, and with analytics the lines and zones as checked for this source (pixels) with their counts."""
-    from edgert.vision.draw import draw_analytics, draw_detections
+    from edgert.analytics.table import draw_rules
+    from edgert.vision.draw import draw_detections
 
     draw_detections(pixels, detections)
     if not run.config.analytics.enabled:
@@ -91,7 +92,7 @@ def _draw(run: RunState, feed: _Feed, pixels: np.ndarray, detections: Detections
     analytics = getattr(getattr(feed.stages[-1], "analytics", None), "config", None) if feed.stages else None
     analytics = analytics or run.config.analytics
     counts = feed.stages[-1].summary().get("counts") if feed.stages else None
-    draw_analytics(pixels, analytics.lines, analytics.zones, counts)
+    draw_rules(pixels, analytics, counts)
 
 
 def _record(run: RunState, feed: _Feed, f: _Frame, detections: Detections, events: list[dict[str, object]],

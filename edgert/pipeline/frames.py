@@ -24,7 +24,7 @@ def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: in
     """Give every source that opened its frames (free to be captured into), after checking they fit in memory."""
     # Enough frames per source for every slot to hold its share of a batch while the capture fills the next;
     # each one more only waits in a queue, a frame of latency per source (Little's law: a file source runs
-    # ahead as far as it has frames). Twice the slots (before issue 28) kept two batches waiting: at 16
+    # ahead as far as it has frames). Twice the slots (an earlier setting) kept two batches waiting: at 16
     # streams that was a third of every frame's latency, for no throughput (a capture worker decodes ahead
     # into its own ring's spare slots, and queue_size still sets the floor).
     share = max(1, -(-processor.batch // len(feeds)))
@@ -32,7 +32,7 @@ def allocate_frames(feeds: Sequence[_Feed], processor: Processor, queue_size: in
     # A capture worker decodes ahead into its ring's spare slots (``read_ahead`` of them), so those count among
     # the source's frames: its feed keeps one frame per slot's share, the worker's ring holds the frames that come
     # next. At 16 NanoDet streams on the H200 that is 3 frames in flight per source instead of 4: a quarter less
-    # latency (Little's law) (docs/pipeline.md, issue 28).
+    # latency (Little's law) (docs/pipeline.md).
     from edgert.pipeline.limits import check_frame_memory
 
     check_frame_memory([(f.name, int(f.source.width or 0), int(f.source.height or 0))

@@ -32,7 +32,7 @@ __all__ = [
     "stop_deadline_s",
 ]
 
-log = logging.getLogger("edgert.pipeline.runner")
+log = logging.getLogger(__name__)
 
 ENV_FRAME_MEMORY_MB = "EDGERT_FRAME_MEMORY_MB"
 ENV_STOP_DEADLINE_S = "EDGERT_STOP_DEADLINE_S"

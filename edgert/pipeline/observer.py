@@ -15,7 +15,7 @@ and the observer is dropped, the pipeline keeps running.
 Optional, for observers that need no call per frame: ``on_frames(stats)``, once per batch of completed frames
 (``stats.frames`` says how many in all; the observer keeps the count it saw last). When every observer of a run
 has it, the results thread calls it once per batch and ``on_frame`` not at all, and counts the batch's frames
-without a Python call per frame and observer (issue 28: at 16 cameras a batch is 16 frames, and each call holds
+without a Python call per frame and observer (at 16 cameras a batch is 16 frames, and each call holds
 the interpreter lock beside the threads that feed the engine). One observer without it, and every observer gets
 ``on_frame`` per frame as before: ``stats.frames`` then steps by one between calls, which tests like
 ``stats.frames % n == 1`` need. A :class:`BaseObserver` subclass that leaves ``on_frame`` alone (it only

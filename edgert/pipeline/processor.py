@@ -34,8 +34,13 @@ from edgert.config import PipelineConfig
 from edgert.vision.detections import Detections
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from edgert.pipeline.feeds import _Frame
-    from edgert.pipeline.parts import JSONDict
+    from edgert.pipeline.hooks import RunHooks
+    from edgert.pipeline.parts import JSONDict, PipelineSource
+    from edgert.pipeline.speech import SpeechResult
+    from edgert.stats import PipelineStats
 
 __all__ = [
     "MANY_SOURCES_BATCH",
@@ -111,6 +116,22 @@ class Processor(abc.ABC):
         """Per-stage device times (the GPU processor's ``gpu_ms``); None where there are none."""
         return None
 
+    # Hooks the runner calls on every processor; the speech processor is the one that uses them.
+
+    def attach_run(  # noqa: B027 - optional hook
+            self, hooks: RunHooks | None, progress: Callable[[], None], sources: Sequence[PipelineSource],
+            stats: PipelineStats) -> None:
+        """Before warm-up: the run's hooks (the power budget), a progress callback for work inside one frame
+        (systemd's watchdog), the opened sources and the statistics the metrics endpoint reads."""
+
+    def drain(self) -> Sequence[tuple[int, SpeechResult]]:
+        """After the last frame: results the processor still holds, as (source index, result) pairs."""
+        return []
+
+    def speech_summary(self) -> JSONDict | None:
+        """The summary's ``speech`` section; None for a processor that runs no speech chain."""
+        return None
+
     def close(self) -> None:
         for slot in self.slots:
             slot.close()
@@ -152,7 +173,7 @@ def keep_trial_slot(model_ms: float | None) -> bool:
     interpreter lock) with nothing of its own on the GPU; with many sources that work grows, and where the
     model's batch is short against it a fourth batch in flight keeps the GPU fed. Where the batch is long the
     GPU is already full with three, and a fourth only adds a batch of waiting to every frame's latency.
-    Measured on the H200 (docs/pipeline.md, "Issue 28, session 9"): 16 nanodet streams (2.6 ms a batch alone)
+    Measured on the H200 (docs/pipeline.md): 16 nanodet streams (2.6 ms a batch alone)
     +9 % over three slots (three alternated bursts); 16 yolov8s streams (8.4-8.6 ms) +1 to +2 % for a p99 of 33
     against 25 ms.
     ``model_ms``: the fastest warm-up run of a slot's model, or None where the warm-up ran none (then the

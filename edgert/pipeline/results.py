@@ -2,7 +2,7 @@
 
 Why per batch: on a GPU the engine takes a batch of 16 small frames in a few milliseconds, and every Python call
 the pipeline makes per frame is serialised by the interpreter lock with the slot threads that feed the engine
-(docs/pipeline.md, issue 28). So what can be done for the batch at once is: the latency statistics (rings, and
+(docs/pipeline.md). So what can be done for the batch at once is: the latency statistics (rings, and
 every source's histogram in one array, in a few numpy calls: :meth:`~edgert.stats.PipelineStats.record_latencies`),
 the detections per class (one ``bincount``), the drop counters (once per 10 frames of each source) and handing
 the frames of worker-decoded files back to the collector (one call), the observers when every one of them takes
@@ -10,10 +10,10 @@ a batch (``on_frames``, :mod:`edgert.pipeline.observer`; the run's own power and
 stays per frame is what is per frame by nature: its source's result stages (tracking, lines, zones, in the
 source's order) and sinks (skipped without a call where it has none; a frame with neither reads no clock of its
 own), the frame counter, its source's figures, and ``on_frame`` for observers that see every count
-(``stats.frames % n`` tests). About 20 Python calls a frame (44 before; ``scripts/profile_host.py``).
+(``stats.frames % n`` tests). About 20 Python calls a frame (44 before; ``docs/results/README.md: host calls``).
 
 The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
-(:meth:`~edgert.pipeline.gpu.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
+(:meth:`~edgert.pipeline.gpu_slot.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
 2 988 to 2 371 frames/s on the H200 (2026-12-02, docs/pipeline.md): OpenCV's NMS releases the interpreter lock,
 so three slot threads run it side by side, where one results thread runs it in turn.
 

@@ -45,7 +45,6 @@ handlers (:mod:`edgert.pipeline.signals`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import operator
 import queue
@@ -56,15 +55,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
-from edgert.pipeline.feeds import _Batch, _Feed, _Frame, expected_frames
+from edgert.pipeline.feeds import _Batch, _Feed, _Frame
 from edgert.pipeline.observer import PipelineObserver
+from edgert.pipeline.startup import make_feeds
 from edgert.pipeline.state import RunState
-from edgert.pipeline.summary import run_summary
-from edgert.redact import redact
+from edgert.pipeline.summary import run_summary, start_info
 from edgert.stats import PipelineStats
 
 if TYPE_CHECKING:
-    from edgert.config import SourceConfig
     from edgert.pipeline.hooks import RunHooks
     from edgert.pipeline.limits import StopDeadline
     from edgert.pipeline.parts import JSONDict, PipelineSource, SinkSpec
@@ -177,7 +175,7 @@ class Pipeline:
     # -- running ------------------------------------------------------------------------------------
     def run(self) -> JSONDict:
         """Run until every source ends, ``max_frames`` is reached or a stop is requested; return the summary."""
-        from edgert.speech.stages import SPEECH_TASKS
+        from edgert.tasks import SPEECH_TASKS
 
         started = time.perf_counter()
         speech = self.config.task in SPEECH_TASKS  # its stages may take their models from config.speech
@@ -186,7 +184,7 @@ class Pipeline:
         if self.config.analytics.enabled and self.config.track is None:
             raise ConfigError("analytics: lines and zones follow tracks: add a track section (track: {tracker: "
                               "bytetrack}) or pass --track")
-        self.state.feeds = self._make_feeds()
+        self.state.feeds = make_feeds(self.config, self._given_sources)
         from edgert.pipeline.speech import check_sources
 
         check_sources(self.config, [feed.source for feed in self.state.feeds])
@@ -219,7 +217,7 @@ class Pipeline:
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
         from edgert.pipeline.startup import ask_sources_to_stop, close_order, enter_sources, make_stages, start_tracking
-        from edgert.speech.stages import SPEECH_TASKS
+        from edgert.tasks import SPEECH_TASKS
 
         # What can fail to start (a budget without a meter, a metrics port in use) fails before anything opens.
         self._hooks = RunHooks(self.config, self.config.model.path, environment=self.environment)
@@ -228,7 +226,7 @@ class Pipeline:
             if self.admit is None and self.config.task not in SPEECH_TASKS:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
-            self.state.observers = self.observers  # the results thread: on_frames once per batch (host7)
+            self.state.observers = self.observers  # the results thread: on_frames once per batch
             if self.state.processor is None:
                 if self.config.model.update_dir:  # restarts come back on the last good model (update_state)
                     from edgert.pipeline.update_state import start_config
@@ -243,9 +241,9 @@ class Pipeline:
                 self._owns_processor = True  # the wrapper is the run's; it closes the given processor only if ours
             processor = self.state.processor
             try:
-                attach = getattr(processor, "attach_run", None)  # the speech processor: budget, watchdog progress
-                if attach is not None:
-                    attach(self._hooks, self._progress, [feed.source for feed in self.state.feeds], self.stats)
+                # the speech processor takes the budget and the watchdog's progress here
+                processor.attach_run(self._hooks, self._progress, [feed.source for feed in self.state.feeds],
+                                     self.stats)
                 self.state.names = tuple(processor.names)
                 processor.warm_up(self.config.runtime.warmup)
                 with contextlib.ExitStack() as stack:
@@ -264,7 +262,8 @@ class Pipeline:
                     allocate_frames(self.state.feeds, processor, self.config.runtime.queue_size)
                     open_sinks(self.state)
                     try:
-                        self.state.info = self._start_info(processor)
+                        self.state.info = start_info(self.config, self.state, processor, self.stats,
+                                                     len(self.frames), self._hooks)
                         self.state.started = False  # on_start: after this run's first frame
                         if not self._stop.is_set():  # a signal during start-up: outputs were left alone
                             self._run_threads(processor)
@@ -290,60 +289,6 @@ class Pipeline:
         if self.state.errors:
             raise self.state.errors[0]
         return summary
-
-    def _make_feeds(self) -> list[_Feed]:
-        if self._given_sources:
-            return [_Feed(i, str(i), src) for i, src in enumerate(self._given_sources)]
-        configs = self.config.all_sources()
-        feeds = []
-        for i, cfg in enumerate(configs):
-            if not cfg.uri:
-                raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
-            feeds.append(_Feed(i, cfg.name if cfg.name is not None else str(i), self._open_source(cfg, len(configs)),
-                               cfg))
-        return feeds
-
-    def _open_source(self, cfg: SourceConfig, count: int = 1) -> PipelineSource:
-        from edgert.io.sources import open_source
-
-        if not cfg.preload:
-            from edgert.io.capture import open_captured
-
-            return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
-        from edgert.io.capture import choose_capture
-        from edgert.pipeline.preload import PreloadedSource
-
-        choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
-        if cfg.realtime:
-            raise ConfigError("source.realtime cannot apply to a preloaded source (its frames are in memory, "
-                              "timed by nothing). Note: drop --preload or --realtime")
-
-        # The file itself is read once; looping happens over the frames in memory.
-        inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
-        return PreloadedSource(inner, self.config.runtime.max_frames if not cfg.loop else None, loop=cfg.loop)
-
-    def _start_info(self, processor: Processor) -> dict[str, object]:
-        first = self.state.feeds[0].source
-        return {
-            "task": self.config.task,
-            "model": self.config.model.path,
-            "backend": processor.backend_name,
-            "processing": processor.kind,
-            "input": {"name": processor.input_name, "shape": list(processor.input_shape),
-                      "dtype": processor.input_dtype},
-            "classes": len(self.state.names),
-            "source": first.uri if len(self.state.feeds) == 1 else [f.source.uri for f in self.state.feeds],
-            "source_info": first.info(),
-            "sources": [f.name for f in self.state.feeds],
-            "stats": self.stats,  # the live PipelineStats, for observers that read it later (metrics)
-            "sinks": [redact(w.sink.uri) for w in self.state.workers],
-            "slots": len(processor.slots),
-            "tracking_workers": self.state.tracking.count if self.state.tracking is not None else 0,
-            "batch": processor.batch,
-            "frames_in_flight": len(self.frames),
-            "metrics": getattr(self._hooks, "metrics_url", None),  # its real port (":0" asks for any)
-            "expected_frames": expected_frames(self.state.feeds, self.config.runtime.max_frames),
-        }
 
     def _run_threads(self, processor: Processor) -> None:
         lanes = len(processor.slots)
@@ -494,7 +439,7 @@ class Pipeline:
         stamp = getattr(self.state.processor, "batch_ready", None)  # a run whose model can change: which runs it
         try:
             while True:
-                with self._cv:  # any(map(pending)): no Python call per source (scripts/profile_host.py)
+                with self._cv:  # any(map(pending)): no Python call per source (docs/results/README.md: host calls)
                     while not self._abort.is_set() and not any(map(pending, feeds)) and not all(map(ended, feeds)):
                         self._cv.wait(_POLL)
                     if self._abort.is_set() or not any(map(pending, feeds)):
@@ -560,9 +505,8 @@ class Pipeline:
                 b = pending.pop(following)
                 following += 1
                 finish_batch(self.state, b)  # the batch's statistics at once, each frame in order
-        drain = getattr(self.state.processor, "drain", None)  # speech: what Whisper finished after the last chunk
-        if drain is not None:
-            for index, result in drain():
+        if self.state.processor is not None:  # speech: what Whisper finished after the last chunk
+            for index, result in self.state.processor.drain():
                 finish_tail(self.state, self.state.feeds[index], result)
 
     def _progress(self) -> None:

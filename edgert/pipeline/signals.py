@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["install_signals"]
 
-log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as before the split
+log = logging.getLogger(__name__)
 
 _REPEAT_S = 0.5  # a copy of the same signal within this (e.g. sent to the process group) is not a second request
 

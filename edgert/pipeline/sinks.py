@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["open_sinks", "sink_title"]
 
-log = logging.getLogger("edgert.pipeline.runner")  # the run's one logger, as before the split
+log = logging.getLogger(__name__)
 
 
 class _StoppedAtStart(Exception):

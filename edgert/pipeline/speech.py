@@ -29,8 +29,8 @@ from edgert.config import PipelineConfig
 from edgert.errors import ConfigError
 from edgert.io.audio_sources import is_audio_source
 from edgert.pipeline.processor import Processor, ProcessorSlot
-from edgert.speech.stages import SPEECH_TASKS
 from edgert.stats import STAGES
+from edgert.tasks import SPEECH_TASKS
 from edgert.vision.detections import Detections
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def check_sources(config: PipelineConfig, sources: Sequence[PipelineSource]) -> 
 
 def refuse_vision_keys(config: PipelineConfig) -> None:
     """The config keys a speech task cannot use, refused in one line naming each (the flags' twin:
-    :mod:`edgert.cli.task_flags`)."""
+    :mod:`edgert.cli.run_flags`)."""
     rt = config.runtime
     wrong = [key for key, on in (
         ("track", config.track is not None), ("analytics", config.analytics.enabled),

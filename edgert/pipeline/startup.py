@@ -13,22 +13,26 @@ zones resolved on its first frame (:func:`late_stages`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from edgert.errors import EdgertError, SourceError
+from edgert.errors import ConfigError, EdgertError, SourceError
 from edgert.redact import redact
 
 if TYPE_CHECKING:
     from edgert.analytics.workers import TrackingWorkers
+    from edgert.config import PipelineConfig, SourceConfig
     from edgert.io.sinks import SinkWorker
     from edgert.pipeline.feeds import _Feed
+    from edgert.pipeline.parts import PipelineSource
     from edgert.pipeline.state import RunState
 
-__all__ = ["close_order", "enter_sources", "late_stages", "make_stages", "mark_reconnecting", "open_feeds"]
+__all__ = ["close_order", "enter_sources", "late_stages", "make_feeds", "make_stages", "mark_reconnecting",
+           "open_feeds", "open_pipeline_source"]
 
-log = logging.getLogger("edgert.pipeline.runner")
+log = logging.getLogger(__name__)
 
 
 def enter_sources(feeds: Sequence[_Feed], stack: contextlib.ExitStack[bool | None],
@@ -149,3 +153,40 @@ def close_order(workers: Sequence[SinkWorker]) -> list[SinkWorker]:
     """Sink workers in the order to close them: those that may wait on the network first (so a second signal
     abandons them), the lossless file sinks last (so they are finalised even then)."""
     return sorted(workers, key=lambda worker: bool(getattr(worker.sink, "lossless", False)))
+
+
+def make_feeds(config: PipelineConfig, given: Sequence[PipelineSource] = ()) -> list[_Feed]:
+    """A feed per source: the sources a caller gave (opened by it), else those of ``config``, opened here."""
+    from edgert.pipeline.feeds import _Feed
+
+    if given:
+        return [_Feed(i, str(i), src) for i, src in enumerate(given)]
+    configs = config.all_sources()
+    feeds = []
+    for i, cfg in enumerate(configs):
+        if not cfg.uri:
+            raise ConfigError("no source given. Note: pass --source URI or set source.uri in the config")
+        name = cfg.name if cfg.name is not None else str(i)
+        feeds.append(_Feed(i, name, open_pipeline_source(cfg, len(configs), config.runtime.max_frames), cfg))
+    return feeds
+
+
+def open_pipeline_source(cfg: SourceConfig, count: int = 1, max_frames: int | None = None) -> PipelineSource:
+    """The source of ``cfg`` as the pipeline reads it: captured in this process or a worker process, or
+    decoded into memory first (``source.preload``)."""
+    from edgert.io.sources import open_source
+
+    if not cfg.preload:
+        from edgert.io.capture import open_captured
+
+        return open_captured(cfg, count)  # source.capture: this process's thread, or a worker process
+    from edgert.io.capture import choose_capture
+    from edgert.pipeline.preload import PreloadedSource
+
+    choose_capture(cfg.capture, count, preload=True)  # capture: process cannot apply: refused in one line
+    if cfg.realtime:
+        raise ConfigError("source.realtime cannot apply to a preloaded source (its frames are in memory, "
+                          "timed by nothing). Note: drop --preload or --realtime")
+    # The file itself is read once; looping happens over the frames in memory.
+    inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
+    return PreloadedSource(inner, max_frames if not cfg.loop else None, loop=cfg.loop)

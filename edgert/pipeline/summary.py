@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from edgert.pipeline.feeds import _Feed, time_base
+from edgert.pipeline.feeds import _Feed, expected_frames, time_base
 from edgert.redact import redact
 
 if TYPE_CHECKING:
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from edgert.io.sinks import SinkWorker
     from edgert.pipeline.parts import JSONDict
     from edgert.pipeline.processor import Processor
+    from edgert.pipeline.state import RunState
     from edgert.stats import PipelineStats
 
 
@@ -100,10 +101,36 @@ def run_summary(*, config: PipelineConfig, stats: PipelineStats, info: Mapping[s
         summary["gpu_ms"] = gpu
     if wall_s is not None:
         summary["wall_s"] = round(wall_s, 3)
-    speech = getattr(processor, "speech_summary", None)
+    speech = processor.speech_summary() if processor is not None else None
     if speech is not None:
         summary["task"] = config.task
-        summary["speech"] = speech()
+        summary["speech"] = speech
     if errors:
         summary["error"] = redact(errors[0])
     return summary
+
+
+def start_info(config: PipelineConfig, state: RunState, processor: Processor, stats: PipelineStats,
+               frames_in_flight: int, hooks: object) -> dict[str, object]:
+    """What observers' ``on_start`` get: the model, its input, the sources, sinks, slots and batch."""
+    first = state.feeds[0].source
+    return {
+        "task": config.task,
+        "model": config.model.path,
+        "backend": processor.backend_name,
+        "processing": processor.kind,
+        "input": {"name": processor.input_name, "shape": list(processor.input_shape),
+                  "dtype": processor.input_dtype},
+        "classes": len(state.names),
+        "source": first.uri if len(state.feeds) == 1 else [f.source.uri for f in state.feeds],
+        "source_info": first.info(),
+        "sources": [f.name for f in state.feeds],
+        "stats": stats,  # the live PipelineStats, for observers that read it later (metrics)
+        "sinks": [redact(w.sink.uri) for w in state.workers],
+        "slots": len(processor.slots),
+        "tracking_workers": state.tracking.count if state.tracking is not None else 0,
+        "batch": processor.batch,
+        "frames_in_flight": frames_in_flight,
+        "metrics": getattr(hooks, "metrics_url", None),  # its real port (":0" asks for any)
+        "expected_frames": expected_frames(state.feeds, config.runtime.max_frames),
+    }

@@ -91,12 +91,6 @@ class SimulatedBoard(PowerMeter):
             done = self._busy_until
         self.clock.sleep(done - now)
 
-    def true_power(self) -> float:
-        """The noiseless lagged draw right now (advances the physics like a read)."""
-        with self._lock:
-            self._advance()
-            return self._power
-
     def _advance(self) -> None:
         now = self.clock.now()
         dt = now - self._t

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["PALETTE", "Plot", "fmt", "hbar_chart", "nice_ticks"]
@@ -235,6 +235,16 @@ class Plot:
         out.append(f'<g clip-path="url(#{clip})">')
         base = sy(y_lo) if self.log_y or y_lo > 0 else sy(0.0)
         labels: list[str] = []
+        self._draw_marks(out, labels, sx, sy, ok, base, pw)
+        out.append("</g>")
+        out.extend(labels)  # outside the clip: a label above a line at the top stays readable
+        out.append("</svg>")
+        return "".join(out)
+
+    def _draw_marks(self, out: list[str], labels: list[str], sx: Callable[[float], float],
+                    sy: Callable[[float], float], ok: Callable[[float | None], bool], base: float, pw: float) -> None:
+        """Every mark as SVG into ``out`` (in plot coordinates by ``sx``/``sy``); reference-line labels into
+        ``labels``, which go outside the clip."""
         for m in self._marks:
             if m.kind == "line":
                 dash = ' stroke-dasharray="6 4"' if m.dashed else ""
@@ -289,10 +299,6 @@ class Plot:
                                f'stroke-width="1.5"{dash}><title>{_e(m.name)}</title></line>')
                     labels.append(f'<text class="hlabel" x="{_LEFT + pw - 4}" y="{py - 4:.1f}" text-anchor="end" '
                                   f'fill="{m.color}">{_e(m.name)}</text>')
-        out.append("</g>")
-        out.extend(labels)  # outside the clip: a label above a line at the top stays readable
-        out.append("</svg>")
-        return "".join(out)
 
 
 def hbar_chart(title: str, labels: Sequence[str], values: Sequence[float], *, color: str = PALETTE[0],

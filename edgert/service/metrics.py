@@ -203,28 +203,27 @@ def _sink_families() -> Iterator[Metric]:
 
 
 def _analytics_families(by_source: Mapping[str, Any]) -> Iterator[Metric]:
-    """Counting lines and zones from each source's ``Analytics.counts()``, labelled by source."""
-    crossings = _counter("edgert_line_crossings_total", "Tracks that crossed a counting line, by direction.",
-                         ["source", "line", "class", "direction"])
-    occupancy = _gauge("edgert_zone_occupancy", "Tracks now inside a zone.", ["source", "zone", "class"])
-    entries = _counter("edgert_zone_entries_total", "Tracks that entered a zone.", ["source", "zone", "class"])
-    exits = _counter("edgert_zone_exits_total", "Tracks that left a zone (or were lost in it).",
-                     ["source", "zone", "class"])
-    dwell = _counter("edgert_zone_dwell_seconds_total", "Seconds spent in a zone by tracks that left it.",
-                     ["source", "zone", "class"])
+    """Each source's rule counts (``Analytics.counts()``) as the series its rule kind's row names, by source."""
+    from edgert.analytics.table import RULES, kind_of
+
+    families: dict[str, Any] = {}
+    for row in RULES:
+        for spec in row.metrics:
+            labels = ["source", row.kind, "class", *([spec.split] if spec.split else [])]
+            make = _counter if spec.kind == "counter" else _gauge
+            families.setdefault(spec.name, make(spec.name, spec.help, labels))
     for source, counts in sorted(by_source.items()):
         for name, per_class in sorted(dict(counts or {}).items()):
-            for cls, c in sorted(per_class.items()):
-                if "in" in c:  # a line: {"in", "out"}
-                    for direction in ("in", "out"):
-                        crossings.add_metric([source, name, cls, direction], c[direction])
-                else:  # a zone: {"occupancy", "entered", "exited", "dwell_s"}
-                    labels = [source, name, cls]
-                    occupancy.add_metric(labels, c.get("occupancy", 0))
-                    entries.add_metric(labels, c.get("entered", 0))
-                    exits.add_metric(labels, c.get("exited", 0))
-                    dwell.add_metric(labels, c.get("dwell_s", 0.0))
-    yield from (crossings, occupancy, entries, exits, dwell)
+            kind = kind_of(per_class)
+            for spec in kind.metrics if kind is not None else ():
+                for cls, figures in sorted(per_class.items()):
+                    if spec.split:
+                        for figure in spec.figures:
+                            if figure in figures:
+                                families[spec.name].add_metric([source, name, cls, figure], figures[figure])
+                    else:
+                        families[spec.name].add_metric([source, name, cls], figures.get(spec.figures[0], 0))
+    yield from families.values()
 
 
 def _model_update_families(update: Mapping[str, Any]) -> Iterator[Metric]:

@@ -204,11 +204,6 @@ class AudioSource(abc.ABC):
         return {"uri": self.uri, "seconds": round(self.samples_read / SAMPLE_RATE, 3), "overruns": self.overruns,
                 "dropped_seconds": round(self.dropped_samples / SAMPLE_RATE, 3), "skipped": self.skipped}
 
-    def read_all(self) -> np.ndarray:
-        """Every chunk of every stream, concatenated (for files; a live source would never end)."""
-        parts = [c.samples for c in self]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-
     def _chunks(self, audio: np.ndarray, stream: str) -> Iterator[AudioChunk]:
         n = self.chunk_samples
         count = max(1, -(-len(audio) // n))

@@ -13,22 +13,20 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from edgert.config import PipelineConfig
 from edgert.errors import BackendError, ConfigError
+from edgert.tasks import SPEECH_TASKS
 
 if TYPE_CHECKING:
     from edgert.speech.chain import Event, SpeechChain
 
-__all__ = ["SPEECH_TASKS", "build_chain", "resolve_chain"]
-
-#: The tasks the speech chain runs (``edgert run --task ...``); every other task is detection.
-SPEECH_TASKS = ("vad", "wakeword", "asr")
+__all__ = ["SPEECH_TASKS", "build_chain", "resolve_chain"]  # SPEECH_TASKS re-exported from edgert.tasks
 
 
 def resolve_chain(config: PipelineConfig) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The stages to run and each one's model(s), from the task, ``--model`` and ``speech``."""
     speech = config.speech
     task = config.task
-    if task not in ("vad", "wakeword", "asr"):
-        raise ConfigError(f"task {task} is not a speech task (vad, wakeword, asr)")
+    if task not in SPEECH_TASKS:
+        raise ConfigError(f"task {task} is not a speech task ({', '.join(SPEECH_TASKS)})")
     models: dict[str, Any] = {
         "vad": speech.vad.model,
         "wakeword": tuple(speech.wakeword.models),

@@ -1,15 +1,15 @@
-"""Draw detections, counting lines and zones on a BGR frame (for the video, display and web-preview sinks)."""
+"""Draw detections on a BGR frame (for the video, display and web-preview sinks), and the labels analytics
+rules draw beside their own lines and polygons (:func:`draw_label`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from edgert._lazy import lazy_import
 
-__all__ = ["Boxes", "class_color", "draw_analytics", "draw_detections"]
+__all__ = ["Boxes", "class_color", "draw_detections", "draw_label"]
 
 
 class Boxes(Protocol):
@@ -106,48 +106,12 @@ def draw_detections(
     return frame_bgr
 
 
-_LINE_COLOR = (0, 255, 255)  # yellow: stands out from the class palette on most scenes
-_ZONE_COLOR = (255, 160, 0)
-
-
-def _label(cv2: Any, frame: np.ndarray, text: str, origin: tuple[int, int], color: tuple[int, int, int],
-           font_scale: float) -> None:
+def draw_label(frame: np.ndarray, text: str, origin: tuple[int, int], color: tuple[int, int, int],
+               font_scale: float = 0.5) -> None:
+    """``text`` on a filled box of ``color`` at ``origin``, kept inside the frame (a line's or zone's label)."""
+    cv2 = lazy_import("cv2", "drawing analytics")
     (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
     x = min(max(origin[0], 0), max(frame.shape[1] - tw - 2, 0))
     y = min(max(origin[1], th + base + 2), frame.shape[0] - 1)
     cv2.rectangle(frame, (x, y - th - base - 2), (x + tw + 2, y), color, -1)
     cv2.putText(frame, text, (x + 1, y - base - 1), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1, cv2.LINE_AA)
-
-
-def _total(per_class: Mapping[str, Mapping[str, Any]], key: str) -> int:
-    return int(sum(int(c.get(key, 0)) for c in per_class.values()))
-
-
-def draw_analytics(frame_bgr: np.ndarray, lines: Sequence[Any] = (), zones: Sequence[Any] = (),
-                   counts: Mapping[str, Any] | None = None, thickness: int | None = None,
-                   font_scale: float | None = None) -> np.ndarray:
-    """Draw counting lines (with ``in``/``out`` totals) and zones (with occupancy) onto ``frame_bgr`` in place.
-
-    ``lines`` and ``zones`` are :class:`~edgert.config.LineConfig` / :class:`~edgert.config.ZoneConfig` (or
-    anything with ``name`` and ``points`` / ``polygon``); ``counts`` is ``Analytics.counts()``.
-    """
-    if not lines and not zones:
-        return frame_bgr
-    cv2 = lazy_import("cv2", "drawing analytics")
-    auto_thickness, auto_scale = frame_style(frame_bgr)
-    thickness = thickness or max(2, auto_thickness)  # lines and zones stand out from the boxes
-    font_scale = font_scale or auto_scale
-    counts = counts or {}
-    for zone in zones:
-        poly = np.rint(np.asarray(zone.polygon, np.float64)).astype(np.int32).reshape(-1, 1, 2)
-        cv2.polylines(frame_bgr, [poly], True, _ZONE_COLOR, thickness, cv2.LINE_AA)
-        occupancy = _total(counts.get(zone.name, {}), "occupancy")
-        top = poly.reshape(-1, 2)[np.argmin(poly.reshape(-1, 2)[:, 1])]
-        _label(cv2, frame_bgr, f"{zone.name}: {occupancy}", (int(top[0]), int(top[1])), _ZONE_COLOR, font_scale)
-    for line in lines:
-        (x1, y1), (x2, y2) = (tuple(round(float(v)) for v in p) for p in line.points)
-        cv2.line(frame_bgr, (x1, y1), (x2, y2), _LINE_COLOR, thickness, cv2.LINE_AA)
-        per_class = counts.get(line.name, {})
-        text = f"{line.name}: in {_total(per_class, 'in')} out {_total(per_class, 'out')}"
-        _label(cv2, frame_bgr, text, ((x1 + x2) // 2, (y1 + y2) // 2 - 4), _LINE_COLOR, font_scale)
-    return frame_bgr

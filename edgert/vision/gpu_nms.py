@@ -152,7 +152,7 @@ class GpuNms:
         the candidate counts of those that overflowed."""
         # The kernel lays its output out for the samples it ran (its grid: cap = n * max_det), so a part batch's
         # scores and classes start earlier than a full batch's (read at the full batch's offsets, a part batch
-        # had its boxes right and every score 0.0 and class 0: seen in session 11 on the H100).
+        # had its boxes right and every score 0.0 and class 0: seen on the H100).
         cap = n * self.max_det
         pad = self._batch_pad
         floats = self.host[pad:pad + cap * 5].view(np.float32)

@@ -3,7 +3,7 @@
 Class awareness uses the offset trick: every class's boxes are shifted by ``class_id * span`` so boxes
 of different classes never overlap, and one greedy pass handles all classes (``NMSBoxesBatched`` does the
 same inside; ``NMSBoxes`` plus the offset also works on OpenCV 4.5, JetPack 5's). On the real candidates
-of nanodet and yolov3-tiny (scripts/bench_preprocess.py) OpenCV returns the same boxes 7-20x faster than
+of nanodet and yolov3-tiny (docs/results/README.md) OpenCV returns the same boxes 7-20x faster than
 the numpy loop, which stays as the fallback: each of its greedy steps is one vectorised IoU of the best
 remaining box against the rest, so its Python loop runs once per *kept* box, not once per candidate.
 """

@@ -5,7 +5,7 @@ canvas (the padding is painted once per frame size, not per frame), then colour 
 mean/std and dtype: for NCHW one ``cv2.split`` into three scratch planes and one ``cv2.addWeighted``
 per plane written straight into the output channel; for NHWC one ``cvtColor`` and one arithmetic pass.
 Each output channel c is ``(pixel * scale - mean[c]) / std[c]``, with mean/std in the model's colour
-order. Nothing is allocated per frame once the frame size is known (scripts/bench_preprocess.py
+order. Nothing is allocated per frame once the frame size is known (docs/results/README.md
 measures it with tracemalloc): the same :class:`LetterboxTransform` object is returned for every frame
 of one size.
 """

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgert.analytics import Analytics
+from edgert.analytics import Analytics, ZoneMonitor
 from edgert.analytics.geometry import anchor_points, points_in_polygon, side_of_line
 from edgert.config import AnalyticsConfig, LineConfig, PipelineConfig, ZoneConfig, load_config
 from edgert.errors import ConfigError, InputError
@@ -115,7 +115,8 @@ def test_zone_occupancy_holds_through_a_missed_frame() -> None:
     analytics = Analytics(AnalyticsConfig(zones=(zone,)))
     _run(analytics, [_frame((1, 50, 50, 0)), _frame()])
     assert analytics.counts()["z"]["person"]["occupancy"] == 1
-    assert set(analytics.zones[0].dwell(200.0)) == {1}
+    monitor = analytics.rules[0]
+    assert isinstance(monitor, ZoneMonitor) and set(monitor.dwell(200.0)) == {1}
 
 
 @pytest.mark.parametrize(("text", "needle"), [

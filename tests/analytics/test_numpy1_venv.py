@@ -2,7 +2,7 @@
 
 Needs a second interpreter with ``numpy<2`` and edgert's ``[track]``: ``EDGERT_NP1_PYTHON`` (default
 /tmp/deps-np1/bin/python, made with ``python3 -m venv /tmp/deps-np1 && /tmp/deps-np1/bin/pip install -e
-'.[track]' 'numpy<2'``); skips without it. The whole-video check is ``scripts/compare_trackers.py``
+'.[track]' 'numpy<2'``); skips without it. The whole-video check (docs/results/README.md)
 (docs/results/compare_trackers.json).
 """
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from edgert.analytics import Analytics
-from edgert.analytics.rules import parse_line, parse_zone, resolve_rules, with_rules
+from edgert.analytics.rules import parse_line, parse_zone
+from edgert.analytics.table import resolve_rules, with_rules
 from edgert.config import AnalyticsConfig, LineConfig, PipelineConfig, ZoneConfig, load_config
 from edgert.errors import ConfigError
 from edgert.vision.detections import Detections
@@ -90,7 +91,7 @@ def test_rules_checked_against_the_frame_and_the_model() -> None:
     with pytest.raises(ConfigError, match="need the frame size"):
         resolve_rules(AnalyticsConfig(lines=(parse_line("door:0,0,1,1"),)), 0, 0, NAMES, "odd")
     with pytest.raises(ConfigError, match="used twice: door"):  # a flag's name clashing with the config's
-        with_rules(off, ["door:0,0,1,1"])
+        with_rules(off, "--line", ["door:0,0,1,1"])
 
 
 def test_bad_rules_in_yaml_are_one_line_with_their_line(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -108,35 +107,3 @@ def write_images(folder: Path, count: int, size: tuple[int, int] = (48, 64), see
         cv2.imwrite(str(p), img)
         paths.append(p)
     return paths
-
-
-def planned_on_random_feeds(tmp_path: Path,
-                            ) -> tuple[onnx.ModelProto, Any, list[dict[str, np.ndarray]], dict[str, float]]:
-    """A prepared residual tiny detector, its quantization plan, four random feeds and each planned tensor's
-    largest value on them: what a weight-rounding test fits on."""
-    from edgert.calib.collect import ActivationCollector
-    from edgert.calib.qdq import plan_quantization, prepare_model
-
-    model = prepare_model(onnx.load(str(tiny_detector(tmp_path / "m.onnx", residual=True))))
-    plan = plan_quantization(model)
-    rng = np.random.default_rng(1)
-    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(4)]
-    collector = ActivationCollector(model, plan.activation_tensors)
-    for f in feeds:
-        collector.update(f["images"])
-    return model, plan, feeds, {n: h.abs_max for n, h in collector.histograms.items()}
-
-
-def check_roundings_carried(model: onnx.ModelProto, plan: Any, amax: dict[str, float], rounded: dict[str, np.ndarray],
-                            errors: dict[str, dict[str, float]]) -> None:
-    """What every weight rounding must give: an error pair for each Conv, never worse than nearest, better on
-    at least one, and the Q/DQ model carrying exactly the chosen INT8 values."""
-    from edgert.calib.qdq import write_qdq
-
-    assert set(errors) == {t.node for t in plan.targets if t.op_type == "Conv"}
-    assert all(e["chosen"] <= e["nearest"] for e in errors.values())
-    assert rounded and any(e["chosen"] < e["nearest"] for e in errors.values())
-    qdq = write_qdq(model, plan, amax, rounding=rounded)
-    got = {i.name: i for i in qdq.graph.initializer}
-    for name, values in rounded.items():
-        assert np.array_equal(numpy_helper.to_array(got[f"{name}_quantized"]), values)

@@ -60,3 +60,22 @@ def test_tensorrt_rtx_parses_and_builds_the_qdq_model(nanodet_int8: dict[str, An
     assert ok, [str(parser.get_error(i)) for i in range(parser.num_errors)]
     engine = builder.build_serialized_network(network, builder.create_builder_config())
     assert engine is not None and engine.nbytes > 0
+
+
+def test_cli_exits_0_below_the_default_target_and_3_below_one_given(assets: Path, tmp_path: Path) -> None:
+    """The default target is a figure to read (every shared detector is a little under it); a --max-drop the
+    user gives is a promise, and missing it exits 3. The per-tensor table is for -v."""
+    from tests.helpers import run_cli
+
+    model = assets / "models/detection/nanodet-m-416-coco-v8layout.onnx"
+    args = ("calibrate", str(model), "--images", str(assets / "images"), "--num", "8", "-o",
+            str(tmp_path / "nd.int8.onnx"))
+    r = run_cli(*args, timeout=900)  # about 30 s on two idle cores
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith(("BELOW TARGET", "TARGET MET")) and "% of MACs in INT8" in first, r.stdout
+    assert r.stdout.splitlines()[1].startswith("accuracy     mAP@0.5:0.95")  # the trade-off leads
+    assert "amax/max" not in r.stdout  # no per-tensor table without -v
+    r = run_cli(*args, "--max-drop", "0.001", "--force", timeout=900)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout.startswith("TARGET NOT MET") and "--no-strict" in r.stderr

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.calib.calibrate import _check_frames
+from edgert.calib.check import check_frames as _check_frames
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
 from edgert.calib.qdq import plan_quantization, prepare_model, shared_ranges, write_qdq
@@ -111,3 +111,23 @@ def test_concat_and_maxpool_neighbours_share_one_range(tmp_path: Path) -> None:
     sess = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
     out = sess.run(None, {"x": rng.uniform(0, 1, (1, 3, 8, 8)).astype(np.float32)})[0]
     assert out.shape == (1, 4, 8, 8) and np.isfinite(out).all()
+
+
+def test_the_verdict_fails_on_a_collapse_whatever_was_asked() -> None:
+    from edgert.calib.check import verdict
+    from edgert.calib.options import CalibrationOptions
+
+    def acc(value: float, per_class: dict[str, float], boxes: dict[str, int]) -> dict[str, object]:
+        return {"map": {"map50_95": value, "per_class": per_class, "per_class_boxes": boxes}}
+
+    default = CalibrationOptions()
+    fine = verdict(acc(0.85, {"0": 0.85}, {"0": 40}), default, 0.9)
+    assert fine["met"] is False and not fine["failed"] and not fine["collapse"]  # the default target: a figure
+    given = verdict(acc(0.85, {"0": 0.85}, {"0": 40}), CalibrationOptions(max_drop=0.05, max_drop_given=True), 0.9)
+    assert given["failed"] and not given["collapse"]
+    broken = verdict(acc(0.08, {"0": 0.08}, {"0": 40}), CalibrationOptions(max_drop=None), 1.0)
+    assert broken["collapse"] and broken["failed"] and "< 0.1" in broken["why"]
+    lost = verdict(acc(0.9, {"0": 0.95, "15": 0.0}, {"0": 40, "15": 12}), default, 0.9)
+    assert lost["collapse"] and "15" in lost["why"]
+    rare = verdict(acc(0.9, {"0": 0.95, "15": 0.0}, {"0": 40, "15": 1}), default, 0.9)
+    assert not rare["collapse"]  # one cat missed is a loss, not a collapse

@@ -124,7 +124,7 @@ def test_default_names_each_float_layer_with_its_reason_and_keeps_the_mac_budget
     assert count_macs(onnx.load(str(out))).share == pytest.approx(report["macs"]["int8_share"], abs=1e-4)
     v = report["verdict"]
     assert v["target"] == 1.0 and v["met"] is (report["accuracy"]["map"]["map50_95"] >= 1.0)
-    assert report["table"].splitlines()[0].startswith("TARGET")
+    assert report["table"].splitlines()[0].startswith(("TARGET", "BELOW TARGET", "COLLAPSED"))
     html = out.with_name("det.int8.report.html").read_text()
     assert "verdict" in html and "INT8 share of multiply-accumulates" in html
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporary file left

@@ -241,7 +241,7 @@ def test_no_fallback_on_silence(tmp_path: Path) -> None:
 
 
 def test_fallback_schedule_matches_the_cli_flag() -> None:
-    from edgert.cli.speech_flags import _FALLBACK
+    from edgert.cli.run_flags import FALLBACK_TEMPERATURES as _FALLBACK
 
     assert _FALLBACK == FALLBACK_TEMPERATURES
 

@@ -71,10 +71,10 @@ def test_cli_flags_override_the_config(tmp_path: Path) -> None:
     (("--task", "asr", "--decoding", "auto", "--beam-size", "3"), "--beam-size: applies to decoding: beam only"),
     (("--task", "asr", "--decoding", "greedy", "--beam-size", "3"),
      "--beam-size: applies to decoding: beam only .decoding is greedy"),
-    (("--task", "detect", "--decoding", "auto"), "--decoding: Whisper's token search applies to --task asr"),
+    (("--task", "detect", "--decoding", "auto"), "--decoding: for task asr .or a speech.chain with asr. only"),
     (("--task", "asr", "--decoding", "beam", "--best-of", "3"), "--best-of: applies to sampling only"),
-    (("--task", "detect", "--decoding", "beam"), "--decoding: Whisper's token search applies to --task asr"),
-    (("--task", "vad", "--fallback"), "--fallback: Whisper's token search applies to --task asr"),
+    (("--task", "detect", "--decoding", "beam"), "--decoding: for task asr .or a speech.chain with asr. only"),
+    (("--task", "vad", "--fallback"), "--fallback: for task asr .or a speech.chain with asr. only, not task vad"),
 ])
 def test_cli_flag_that_cannot_apply_is_refused(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("'", ".")):

@@ -55,7 +55,9 @@ def test_jsonl_writes_events_as_their_own_records_through_the_worker(tmp_path: P
 
 def test_draw_track_ids_lines_and_zones() -> None:
     pytest.importorskip("cv2")
-    from edgert.vision.draw import draw_analytics, draw_detections
+    from edgert.analytics.table import draw_rules
+    from edgert.config import AnalyticsConfig
+    from edgert.vision.draw import draw_detections
 
     frame = np.zeros((120, 160, 3), np.uint8)
     with_id, without = frame.copy(), frame.copy()
@@ -65,8 +67,9 @@ def test_draw_track_ids_lines_and_zones() -> None:
     line = LineConfig(name="door", points=((0.0, 100.0), (160.0, 100.0)))
     zone = ZoneConfig(name="bay", polygon=((80.0, 20.0), (150.0, 20.0), (150.0, 90.0)))
     canvas = frame.copy()
-    draw_analytics(canvas, [line], [zone], {"door": {"person": {"in": 3, "out": 1}}})
+    draw_rules(canvas, AnalyticsConfig(lines=(line,), zones=(zone,)), {"door": {"person": {"in": 3, "out": 1}}})
     assert canvas[100, 5].tolist() == [0, 255, 255]  # the line, in yellow, across the frame
     assert canvas[20:22, 100:110].any()  # the zone's top edge
     untouched = frame.copy()
-    assert draw_analytics(untouched) is untouched and not untouched.any()
+    draw_rules(untouched, AnalyticsConfig(), None)
+    assert not untouched.any()

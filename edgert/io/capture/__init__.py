@@ -12,7 +12,7 @@
 Why that default: a worker takes the decoder (its FFmpeg or GStreamer threads, its driver calls) and every
 per-frame step of reading out of the pipeline's process, which is left with one small message per frame; and a
 decoder that crashes or hangs takes only its own source down (the run reports that source's failure and goes
-on), where in-process it can take the whole run. On the H200 (docs/pipeline.md, issue 28) workers and capture
+on), where in-process it can take the whole run. On the H200 (docs/pipeline.md) workers and capture
 threads ran at the same rate within the run-to-run spread (-6 % to +4 % at 8-32 streams), so the default is set
 by the isolation and by what a worker costs: a process per source (about 0.5 s to start, all sources' workers
 at once; a Python with NumPy and OpenCV in memory each) and a pipe hop per frame. One source, or a host of

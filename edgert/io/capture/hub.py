@@ -1,7 +1,7 @@
 """One pipe for the frame messages of every capture worker a collector reads: one read per wake, not one per source.
 
 Why: with a pipe per worker, the collector (:mod:`edgert.pipeline.collector`) made one ``read`` per ready pipe per
-wake, at 16 streams about 0.75 system calls a frame (docs/pipeline.md, issue 28), each one a release and a
+wake, at 16 streams about 0.75 system calls a frame (docs/pipeline.md), each one a release and a
 reacquisition of the interpreter lock that the slot threads feeding the engine wait on. Through one pipe shared by
 the workers, a wake is one read, whatever the number of sources.
 

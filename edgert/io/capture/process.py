@@ -352,7 +352,7 @@ class ProcessCaptureSource(WorkerRestarts, FrameSource):
         """Read what the worker's pipe holds (once :meth:`fileno` is readable) into whole messages for :meth:`take`.
 
         One system call for every message that came since the last wake, where ``Connection.recv`` makes two per
-        message and a dozen Python calls (scripts/profile_host.py). The bytes are the framing the worker's
+        message and a dozen Python calls (docs/results/README.md: host calls). The bytes are the framing the worker's
         ``Connection.send`` writes (:mod:`multiprocessing.connection`: a 4-byte big-endian signed length, or -1
         and an 8-byte one past 2 GiB, then the pickle); a message read in part waits here for its rest. The end
         of the pipe (the worker gone) is a message too, after the ones before it. Returns :attr:`wants_pull`."""
@@ -461,7 +461,7 @@ class ProcessCaptureSource(WorkerRestarts, FrameSource):
     def _ready(self, conn: Any, wait: float) -> bool:
         """``conn.poll(wait)`` through one ``select.poll`` object kept for the pipe: ``Connection.poll`` makes a
         selector, registers and closes it on every call, a dozen Python calls per frame in the pipeline's process
-        (scripts/profile_host.py). True too when the worker's end closed (the receive then says how)."""
+        (docs/results/README.md: host calls). True too when the worker's end closed (the receive then says how)."""
         poller = self._poller
         if poller is None:
             if not hasattr(select, "poll"):  # pragma: no cover - not on Linux

@@ -4,7 +4,7 @@
 start destroys nothing: ``prepare()`` checks and claims everything (the folder exists and is writable, the
 output file is locked against a second run, the port is bound) without touching an existing output, and
 ``open(info)`` then truncates and starts writing. :func:`prepare_sinks` prepares every sink of a run (and
-releases them all when one fails); only then does the pipeline open them (:func:`open_sinks`).
+releases them all when one fails); only then does the pipeline open them (:func:`edgert.pipeline.sinks.open_sinks`).
 
 A sink that fails mid-run (a full disk, a closed pipe, a deleted folder) is an error, not a log line: its
 :class:`SinkWorker` records it (``failed``, ``error``, ``lost``), finalises the sink at once (a JSONL file
@@ -32,7 +32,7 @@ own thread: ``Pipeline(config, sinks=[CallbackSink(on_frame)]).run()``.
 from __future__ import annotations
 
 from edgert.errors import OutputClosed
-from edgert.io.sinks.base import FrameResult, Sink, SinkWorker, StreamInfo, event_records, frame_record, open_sinks
+from edgert.io.sinks.base import FrameResult, Sink, SinkWorker, StreamInfo, event_records, frame_record
 from edgert.io.sinks.callback import CallbackSink
 from edgert.io.sinks.display import DisplaySink
 from edgert.io.sinks.image import ImageFileSink, ImageFolderSink
@@ -63,7 +63,6 @@ __all__ = [
     "frame_record",
     "lock_output",
     "open_sink",
-    "open_sinks",
     "prepare_sinks",
     "register_sink",
     "rtsp_out_pipeline",

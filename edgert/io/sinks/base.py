@@ -36,7 +36,6 @@ __all__ = [
     "event_records",
     "frame_record",
     "local_path",
-    "open_sinks",
     "release_sinks",
     "result_records",
 ]
@@ -365,24 +364,6 @@ class SinkWorker:
                 log.warning("sink %s did not finish within %.0f s", redact(self.sink.uri), timeout)
             self._thread = None
         self.sink.close()
-
-
-def open_sinks(sinks: Sequence[Sink], info: StreamInfo,
-               on_failure: Callable[[SinkWorker], None] | None = None) -> list[SinkWorker]:
-    """Open prepared sinks and start a :class:`SinkWorker` for each; on a failure close them all and raise."""
-    workers: list[SinkWorker] = []
-    try:
-        for sink in sinks:
-            sink.open(info)
-            worker = SinkWorker(sink, on_failure)
-            worker.start()
-            workers.append(worker)
-    except BaseException:
-        for worker in workers:
-            worker.close()
-        release_sinks(sinks[len(workers):])
-        raise
-    return workers
 
 
 def release_sinks(sinks: Sequence[Sink]) -> None:

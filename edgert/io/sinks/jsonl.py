@@ -23,6 +23,7 @@ from edgert.io.sinks.base import (
     unlink_quietly,
 )
 from edgert.io.sinks.reopen import reopen_generation
+from edgert.jsonl_uri import jsonl_path
 
 __all__ = ["JsonlSink", "from_uri"]
 
@@ -140,7 +141,7 @@ class JsonlSink(Sink):
 
 
 def from_uri(uri: str, title: str = "edgert") -> JsonlSink:
-    path = uri[len("jsonl://"):]
+    path = jsonl_path(uri)
     if not path:
         raise SinkError(f"{uri}: expected jsonl://PATH or jsonl://- for stdout")
     return JsonlSink(uri, path)

@@ -18,6 +18,7 @@ from edgert.io.sinks import display, image, jsonl, rtsp, video
 from edgert.io.sinks.base import FrameResult, Sink, release_sinks
 from edgert.io.sinks.callback import CallbackSink
 from edgert.io.uri import insert_row, local_file, nothing, scheme
+from edgert.jsonl_uri import jsonl_file
 
 __all__ = ["SINKS", "SinkKind", "as_sink", "open_sink", "prepare_sinks", "register_sink", "sink_help", "sink_kind"]
 
@@ -59,14 +60,9 @@ def _check_mqtt(uri: str) -> None:
     _mqtt(uri, "edgert")
 
 
-def _jsonl_path(uri: str) -> str | None:
-    path = uri[len("jsonl://"):]
-    return None if path in ("", "-") else path
-
-
 #: Every sink kind, in the order URIs are matched.
 SINKS: list[SinkKind] = [
-    SinkKind("jsonl", "jsonl://PATH, jsonl://-", scheme("jsonl://"), jsonl.from_uri, writes=_jsonl_path),
+    SinkKind("jsonl", "jsonl://PATH, jsonl://-", scheme("jsonl://"), jsonl.from_uri, writes=jsonl_file),
     SinkKind("display", "display://0", scheme("display://"), display.from_uri),
     SinkKind("web", "http://127.0.0.1:8080", scheme("http://", "https://"), _web_preview),
     SinkKind("rtsp", "rtsp://...", scheme("rtsp://"), rtsp.from_uri, remote=True),

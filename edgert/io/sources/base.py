@@ -14,7 +14,7 @@ from edgert._lazy import lazy_import
 from edgert.redact import redact
 
 #: One logger for every source module: the name users and tests filter on stays "edgert.io.sources".
-log = logging.getLogger("edgert.io.sources")
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm"})
 

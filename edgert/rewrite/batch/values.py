@@ -33,9 +33,6 @@ class Lin:
     def dep(self) -> bool:
         return bool(self.a != 0)
 
-    def at1(self) -> Any:
-        return self.a + self.c
-
     def __add__(self, o: Any) -> Lin:
         o = Lin.of(o)
         return Lin(self.a + o.a, self.c + o.c)

@@ -303,10 +303,6 @@ class WebPreviewSink(Sink):
                 return None, after
             return ch.jpeg, ch.seq
 
-    def latest_jpeg(self, channel: _Channel | None = None) -> bytes | None:
-        with self._cond:
-            return (channel or self._channel_for(None)).jpeg
-
     def snapshot(self, channel: _Channel) -> bytes | None:
         """The latest JPEG of ``channel``. When nobody streams that source its last JPEG may be old: ask the
         sink's thread to encode the next frame and wait for it a little (not after the run ended)."""

@@ -1,4 +1,6 @@
-"""Every flag that applies to one kind of task is refused on the other in one line naming it: vision-only flags
+"""The run-flag table: a row is a flag in ``--help``, a config key, and a refusal for a task it cannot apply to.
+
+Every flag that applies to one kind of task is refused on the other in one line naming it: vision-only flags
 with a speech task, Whisper's search flags with detection; and the config keys behind the vision flags with a
 speech task through the Python API. Nothing is warned about and ignored."""
 
@@ -8,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from edgert.cli.main import main
-from edgert.cli.task_flags import SPEECH_ONLY_FLAGS, VISION_ONLY_FLAGS
+from edgert.cli import run_flags
+from edgert.cli.main import build_parser, main
+from edgert.cli.run import build_config
+from edgert.cli.run_flags import ASR, DETECTION, RUN_FLAGS, RunFlag, flags_markdown
 from edgert.config import PipelineConfig, from_mapping
 from edgert.errors import ConfigError
 
@@ -33,11 +37,15 @@ def _flag(flag: str) -> list[str]:
     return [flag, VALUES[flag]] if flag in VALUES else [flag]
 
 
-def test_the_tables_cover_the_parsers_task_specific_flags() -> None:
-    assert set(VISION_ONLY_FLAGS).isdisjoint(SPEECH_ONLY_FLAGS)
+VISION_ONLY_FLAGS = [row.flag for row in RUN_FLAGS if row.tasks == DETECTION]
+SPEECH_ONLY_FLAGS = [row.flag for row in RUN_FLAGS if row.tasks == ASR]
+
+
+def test_the_table_marks_the_task_specific_flags() -> None:
     assert {"--conf", "--track", "--slots", "--batch", "--processing", "--loop", "--preload",
             "--realtime"} <= set(VISION_ONLY_FLAGS)
     assert set(SPEECH_ONLY_FLAGS) == {"--decoding", "--beam-size", "--fallback", "--best-of"}
+    assert len({row.flag for row in RUN_FLAGS}) == len(RUN_FLAGS)
 
 
 @pytest.mark.parametrize("flag", sorted(VISION_ONLY_FLAGS))
@@ -51,7 +59,7 @@ def test_vision_only_flag_with_a_speech_task(flag: str, tmp_path: Path, capsys: 
 def test_speech_only_flag_with_detection(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(["run", "--model", str(tmp_path / "m.onnx"), "--source", str(tmp_path / "v.mp4"),
                             *_flag(flag)], capsys)
-    assert flag in line and "not task detect" in line
+    assert flag in line and "task asr" in line and "not task detect" in line
 
 
 def test_several_are_named_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,3 +84,34 @@ def test_vision_keys_with_a_speech_task_through_the_api(data: dict[str, object],
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
         refuse_vision_keys(config)
     assert "\n" not in str(info.value)
+
+
+def test_a_new_row_is_a_flag_a_config_key_and_a_refusal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    row = RunFlag("--max-det", "keep at most N boxes per frame (decode.max_det)", "decode.max_det", DETECTION,
+                  type=int, metavar="N")
+    monkeypatch.setattr(run_flags, "RUN_FLAGS", (*RUN_FLAGS, row))
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "--max-det N" in capsys.readouterr().out
+    args = build_parser().parse_args(["run", "--model", "m.onnx", "--source", "v.mp4", "--max-det", "7"])
+    assert build_config(args).decode.max_det == 7
+    line = _one_line_error(["run", "--task", "vad", "--model", str(tmp_path / "v.onnx"), "--source", "a.wav",
+                            "--max-det", "7"], capsys)
+    assert "--max-det" in line and "not task vad" in line
+    assert "`--max-det N` | `decode.max_det` | detect |" in flags_markdown()
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--batch", "0"), ("--slots", "0"), ("--batch", "-1"),
+                                             ("--conf", "2"), ("--threads", "-1"), ("--beam-size", "0")])
+def test_a_bad_value_is_refused_naming_the_flag(flag: str, value: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    task = ["--task", "asr", "--decoding", "beam"] if flag == "--beam-size" else []
+    line = _one_line_error(["run", *task, "--model", str(tmp_path / "m.onnx"), "--source", "v.mp4", flag, value],
+                           capsys)
+    assert line.startswith(f"edgert: error: {flag}: expected")
+
+
+def test_the_readme_lists_every_flag_from_the_table() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert flags_markdown() in readme, "README.md's run-flag table is stale: python -m edgert.cli.run_flags"
