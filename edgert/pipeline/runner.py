@@ -57,7 +57,7 @@ from edgert.config import PipelineConfig
 from edgert.errors import Aborted, ConfigError
 from edgert.pipeline.feeds import _Batch, _Feed, _Frame
 from edgert.pipeline.observer import PipelineObserver
-from edgert.pipeline.startup import make_feeds
+from edgert.pipeline.startup import make_feeds, open_run_processor
 from edgert.pipeline.state import RunState
 from edgert.pipeline.summary import run_summary, start_info
 from edgert.stats import PipelineStats
@@ -212,7 +212,6 @@ class Pipeline:
         self.abort(self._stop_reason or "stop deadline")
 
     def _run(self, started: float) -> JSONDict:
-        from edgert.pipeline.choice import open_processor
         from edgert.pipeline.frames import allocate_frames, release_frames
         from edgert.pipeline.hooks import RunHooks
         from edgert.pipeline.sinks import open_sinks
@@ -227,19 +226,8 @@ class Pipeline:
                 self.admit = self._hooks.admit
             self.observers = [*self._hooks.observers, *self.observers]
             self.state.observers = self.observers  # the results thread: on_frames once per batch
-            if self.state.processor is None:
-                if self.config.model.update_dir:  # restarts come back on the last good model (update_state)
-                    from edgert.pipeline.update_state import start_config
-
-                    self.config = self.state.config = start_config(self.config)
-                self.state.processor = open_processor(self.config, detector=self._detector, batch=None,
-                                                 sources=len(self.state.feeds))
-            if self.config.model.update_dir:  # model updates on the running pipeline (a door thread, a wrapper)
-                from edgert.pipeline.update_door import open_updates
-
-                self.state.processor = open_updates(self.state, self.state.processor, self._owns_processor)
-                self._owns_processor = True  # the wrapper is the run's; it closes the given processor only if ours
-            processor = self.state.processor
+            self.config, processor, self._owns_processor = open_run_processor(self.state, self.config,
+                                                                              self._detector, self._owns_processor)
             try:
                 # the speech processor takes the budget and the watchdog's progress here
                 processor.attach_run(self._hooks, self._progress, [feed.source for feed in self.state.feeds],

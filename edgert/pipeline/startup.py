@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from edgert.io.sinks import SinkWorker
     from edgert.pipeline.feeds import _Feed
     from edgert.pipeline.parts import PipelineSource
+    from edgert.pipeline.processor import Processor
     from edgert.pipeline.state import RunState
+    from edgert.vision.detector import Detector
 
 __all__ = ["close_order", "enter_sources", "late_stages", "make_feeds", "make_stages", "mark_reconnecting",
            "open_feeds", "open_pipeline_source"]
@@ -190,3 +192,25 @@ def open_pipeline_source(cfg: SourceConfig, count: int = 1, max_frames: int | No
     # The file itself is read once; looping happens over the frames in memory.
     inner = open_source(dataclasses.replace(cfg, loop=False, preload=False))
     return PreloadedSource(inner, max_frames if not cfg.loop else None, loop=cfg.loop)
+
+
+def open_run_processor(state: RunState, config: PipelineConfig, detector: Detector | None,
+                       owns: bool) -> tuple[PipelineConfig, Processor, bool]:
+    """(config, processor, whether the run owns it): the processor given, or the one the config asks for. Where
+    ``model.update_dir`` is set, a restart opens the last good model (update_state) and the processor is wrapped
+    for model updates on the running pipeline (a door thread, a wrapper the run owns; it closes the given
+    processor only if that one was the run's)."""
+    from edgert.pipeline.choice import open_processor
+
+    if state.processor is None:
+        if config.model.update_dir:
+            from edgert.pipeline.update_state import start_config
+
+            config = state.config = start_config(config)
+        state.processor = open_processor(config, detector=detector, batch=None, sources=len(state.feeds))
+    if config.model.update_dir:
+        from edgert.pipeline.update_door import open_updates
+
+        state.processor = open_updates(state, state.processor, owns)
+        owns = True
+    return config, state.processor, owns
