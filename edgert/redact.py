@@ -76,10 +76,11 @@ def _redact_line(line: str) -> str:
     out, last = [], 0
     for start, end in spans:
         out.append(line[last:start])
-        userinfo, after = split_userinfo(line[start:end])
+        segment = line[start:end]
+        userinfo, after = split_userinfo(segment)
         if userinfo and _ENV.sub("", userinfo).strip(":"):  # user info that only names ${VARS} hides nothing
             out.append(f"{MASK}@")
-        elif userinfo:
+        elif userinfo or segment.startswith("@"):  # an empty one (webrtc://@:8554) is kept as written
             out.append(userinfo + "@")
         query = after.find("?")
         if query >= 0:

@@ -8,6 +8,7 @@ the report read, so no step reaches into another's locals.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
-from edgert.atomic_file import scratch_folder
+from edgert.atomic_file import remove_stale_temps, scratch_folder
 from edgert.calib.check import accuracy, check_frames, reference
 from edgert.calib.collect import ActivationCollector
 from edgert.calib.dataset import CalibrationImages
@@ -197,6 +198,7 @@ def check_and_search(fp32_path: str | Path, prep: Prepared, model: onnx.ModelPro
     """
     qdq = write_qdq(model, rng.plan, dict(rng.amax), metadata=metadata)
     if not opts.check:
+        remove_stale_temps(tempfile.gettempdir(), "edgert-calib.")  # a killed run's scratch, as a checked run does
         return Checked(qdq, (), {}, None, None, 0.0, 0.0)
     t0 = time.perf_counter()
     frames, frames_from = check_frames(images, dataset, opts.check_frames, opts.check_video,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from edgert.pipeline.feeds import _Feed, _Frame
-    from edgert.pipeline.speech import SpeechResult
+    from edgert.pipeline.speech_result import SpeechResult
     from edgert.pipeline.state import RunState
     from edgert.vision.detections import Detections
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -23,15 +23,44 @@ from edgert.vision.preprocess import LetterboxTransform, check_frame
 if TYPE_CHECKING:
     from edgert.backends.cuda import CudaDevice
     from edgert.backends.gpu_session import GpuSession
-    from edgert.pipeline.gpu import GpuProcessor
+    from edgert.config import PipelineConfig
+    from edgert.types import TensorSpec
+    from edgert.vision.gpu_preprocess import GpuLetterbox
 
-__all__ = ["GPU_STAGES", "GpuSlot"]
+__all__ = ["GPU_STAGES", "GpuSlot", "SlotOwner"]
 
 GPU_STAGES = ("upload", "preprocess", "infer", "decode")
 _PRE, _INFER, _POST = STAGES.index("preprocess"), STAGES.index("infer"), STAGES.index("postprocess")
 #: The per-stage GPU times are taken on one batch in this many: each event record or read is a driver call made
 #: with the interpreter lock held (nine per timed batch), and the rings are quantiles of a sample anyway.
 _TIME_EVERY = 8
+
+
+class SlotOwner(Protocol):
+    """What a slot reads of the GPU processor that made it (:class:`edgert.pipeline.gpu.GpuProcessor`)."""
+
+    @property
+    def batch(self) -> int: ...
+    @property
+    def candidates(self) -> int: ...
+    @property
+    def config(self) -> PipelineConfig: ...
+    @property
+    def gpu_decode(self) -> bool: ...
+    @property
+    def gpu_nms(self) -> bool: ...
+    @property
+    def input_name(self) -> str: ...
+    @property
+    def memory_mode(self) -> str: ...
+    @property
+    def output_name(self) -> str: ...
+    @property
+    def output_specs(self) -> list[TensorSpec]: ...
+    @property
+    def frame_buffers(self) -> dict[int, tuple[int, int]]: ...
+    @property
+    def letterbox(self) -> GpuLetterbox: ...
 
 
 class GpuSlot(ProcessorSlot):
@@ -42,7 +71,7 @@ class GpuSlot(ProcessorSlot):
     one small table), and one filter launch and one copy bring every sample's candidates back.
     """
 
-    def __init__(self, proc: GpuProcessor, session: GpuSession) -> None:
+    def __init__(self, proc: SlotOwner, session: GpuSession) -> None:
         self.proc = proc
         self.session = session
         self.batch = proc.batch

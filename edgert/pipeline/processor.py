@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from edgert.pipeline.feeds import _Frame
     from edgert.pipeline.hooks import RunHooks
     from edgert.pipeline.parts import JSONDict, PipelineSource
-    from edgert.pipeline.speech import SpeechResult
+    from edgert.pipeline.speech_result import SpeechResult
     from edgert.stats import PipelineStats
 
 __all__ = [

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from edgert.speech.results import SpeechSegment
     from edgert.stats import PipelineStats
 
+from edgert.pipeline.speech_result import SpeechResult
+
 __all__ = ["SpeechProcessor", "SpeechResult", "WhisperBudget", "check_sources", "refuse_vision_keys"]
 
 log = logging.getLogger(__name__)
@@ -87,17 +89,6 @@ def refuse_vision_keys(config: PipelineConfig) -> None:
         ("source.realtime", any(s.realtime for s in config.all_sources()))) if on]
     if wrong:
         raise ConfigError(f"{', '.join(wrong)}: detection only; task {config.task} runs the speech chain")
-
-
-class SpeechResult(Detections):
-    """One chunk as the results stage sees it: detections with no boxes, and the events the chunk completed."""
-
-    frame_record = False  # sinks write the events, not a record per chunk
-    events: list[JSONDict]
-
-    def __init__(self, events: list[JSONDict]) -> None:
-        super().__init__(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32))
-        object.__setattr__(self, "events", events)  # Detections is frozen
 
 
 class WhisperBudget:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from edgert.atomic_file import sha256_file
@@ -27,7 +28,6 @@ from edgert.errors import ConfigError
 
 if TYPE_CHECKING:
     from edgert.pipeline.state import RunState
-    from edgert.pipeline.update_door import UpdateDoor
 
 __all__ = ["SETTINGS", "attach_mqtt", "check_command"]
 
@@ -83,7 +83,16 @@ def check_command(payload: bytes, folder: Path) -> tuple[Path, dict[str, Any]]:
     return path, settings
 
 
-def attach_mqtt(run: RunState, door: UpdateDoor) -> None:
+class Door(Protocol):
+    """What the MQTT door needs of the update door (:class:`edgert.pipeline.update_door.UpdateDoor`)."""
+
+    listeners: list[Callable[[dict[str, Any]], None]]
+    closers: list[Callable[[], None]]
+
+    def submit(self, path: Path, settings: dict[str, Any], via: str) -> None: ...
+
+
+def attach_mqtt(run: RunState, door: Door) -> None:
     """Subscribe to the command topic of ``model.update_mqtt``; the door's states go to the status topic."""
     from edgert.io.mqtt_commands import MqttCommands
 
