@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # edgert on real TensorRT 8.5 (JetPack 5.1's) on the device machine; the kit is ../shared/gpu/trt85 (README.md).
-#   here:  bash scripts/gpu_trt85.sh pack     splits the kit's first part in two (each run carries <= 64 MiB beside
+#   here:  bash scripts/gpu_trt85.sh models   makes the quantized models into .gpu/int8 (minutes per detector);
+#          bash scripts/gpu_trt85.sh pack     splits the kit's first part in two (each run carries <= 64 MiB beside
 #          the ~10 MiB tree), and packs the assets, OpenCV for Python 3.9 and the quantized models of .gpu/int8
 #          (edgert calibrate and ModelOpt outputs) into .gpu/ta/1..N, then prints the chain of runs.
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
@@ -162,6 +163,44 @@ print(f"{name}: compute-only batch 16 {compute:.0f} frames/s (with copies {16 * 
 PY
 }
 
+# The quantized models (here, before pack): edgert's default and --full-int8 per detector, NanoDet's calibration
+# cache for TensorRT 8.5, and ModelOpt's default INT8 on the same 32 images (a throwaway venv, through
+# scripts/_quant_tools.py). Minutes per model on two cores; MODELS="nanodet" for one.
+make_models() {
+  set -e
+  local src out=.gpu/int8 name file here_py="${HERE_PY:-.venv/bin/python}"
+  src=$(cd "${EDGERT_ASSETS_SRC:-../shared/assets}" && pwd)
+  mkdir -p $out
+  declare -A files=([nanodet]=nanodet-m-416-coco-v8layout.onnx [yolov3tiny]=yolov3-tiny-coco-416.onnx
+                    [yolov8s]=yolov8s-fall-640.onnx)
+  for name in ${MODELS:-nanodet yolov3tiny yolov8s}; do
+    file=$src/models/detection/${files[$name]}
+    local cache=(); [ "$name" = nanodet ] && cache=(--trt-version 8.5.3)
+    $here_py -m edgert calibrate "$file" --images "$src/images" -o $out/$name-edgert.onnx "${cache[@]}" \
+      > $out/$name-edgert.log 2>&1 || true
+    $here_py -m edgert calibrate "$file" --images "$src/images" -o $out/$name-edgert-full.onnx --full-int8 \
+      > $out/$name-edgert-full.log 2>&1 || true
+    (cd scripts && ../$here_py - "$name" "$file" "$src/images" "$(cd .. && pwd)/$out" <<'PY'
+import json, sys
+from pathlib import Path
+from _quant_tools import modelopt_env, modelopt_quantize
+from bench_calibration import calibration_data, carry_metadata
+name, model, images, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+venv = Path.home() / ".cache/edgert-bench/modelopt-venv"
+env = modelopt_env(venv, "nvidia-modelopt[onnx]==0.47.0", "torch==2.13.0+cpu")
+work = out / "work" / name
+work.mkdir(parents=True, exist_ok=True)
+data = calibration_data(model, images, 32, work / "calib32.npz")
+info = modelopt_quantize(venv, model, work / "calib32.npz", out / f"{name}-modelopt.onnx", work / "modelopt", [])
+if (out / f"{name}-modelopt.onnx").exists():
+    carry_metadata(model, out / f"{name}-modelopt.onnx")
+(out / f"{name}-modelopt.json").write_text(json.dumps({"env": env, "data": data, "run": info}, default=str, indent=2))
+PY
+    ) > $out/$name-modelopt.log 2>&1 || true
+    ls -la $out/$name-*.onnx
+  done
+}
+
 # Quantized models made after the chain started: `pack-int8` here, then a run carrying .gpu/tb runs `int8-extra`.
 pack_int8() {
   rm -rf .gpu/tb && mkdir -p .gpu/tb && (cd .gpu/int8 && tar cf ../tb/int8.tar *-edgert.onnx *-edgert-full.onnx \
@@ -170,6 +209,7 @@ pack_int8() {
 
 case "$step" in
   pack) pack ;;
+  models) make_models ;;
   pack-int8) pack_int8 ;;
   int8-extra) mkdir -p /tmp/edgert-int8 && tar xf .gpu/tb/int8.tar -C /tmp/edgert-int8 && ls -la /tmp/edgert-int8 ;;
   unpack) unpack ;;
