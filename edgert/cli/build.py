@@ -107,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
     from edgert.errors import ConfigError
 
     model, shapes = Path(args.model), list(args.shapes)
+    if args.contexts is not None and args.batch is None and not shapes:
+        raise ConfigError("--contexts: copies an optimization profile, and this build has none. Note: add --batch N "
+                          "or --shapes")
     if args.batch is not None:
         if shapes:
             raise ConfigError("--batch and --shapes: give one (--batch makes the batch profile itself)")
