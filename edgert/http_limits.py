@@ -21,6 +21,7 @@ name listed in ``EDGERT_HTTP_HOSTS`` (comma-separated: the names the device is r
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -73,11 +74,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def _refuse(self, request: Any, client_address: Any, why: str) -> None:
         self.refused += 1
         log.debug("refused %s: %s", client_address, why)
-        try:
+        with contextlib.suppress(OSError):  # the client went away or is too slow: it is refused either way
             request.settimeout(0.2)  # from the accepting thread: never wait on this client
             request.sendall(_BUSY)
-        except OSError:  # the client went away or is too slow: it is refused either way
-            pass
         self.shutdown_request(request)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -204,11 +203,9 @@ def host_allowed(header: str | None) -> bool:
     elif host.count(":") == 1:
         host = host.rsplit(":", 1)[0]
     host = host.rstrip(".")
-    try:
+    with contextlib.suppress(ValueError):  # not an address: a name, checked below
         ipaddress.ip_address(host)
         return True
-    except ValueError:
-        pass
     names = {"localhost", socket.gethostname().lower(), socket.gethostname().lower() + ".local"}
     names.update(n.strip().lower().rstrip(".") for n in os.environ.get(ENV_HOSTS, "").split(",") if n.strip())
     return host in names or host.endswith(".localhost")

@@ -246,9 +246,7 @@ def write_trt_cache(path: Path, model: onnx.ModelProto, eq: Equalized, rng: Rang
     tensors = [t for t in tensors if t not in produced]
     if version is None:
         try:
-            path.unlink()
-        except FileNotFoundError:  # none there: nothing stale to remove
-            pass
+            path.unlink(missing_ok=True)  # none there: nothing stale to remove
         except OSError as exc:
             raise CalibrationError(f"{path}: cannot remove the stale calibration cache: {exc}") from exc
         return tensors

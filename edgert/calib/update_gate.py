@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         os.nice(int(os.environ.get("EDGERT_UPDATE_NICE", "19")))  # behind the running model, on every core
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:  # the build still runs, at the running model's priority: say so
+        print(json.dumps({"warning": f"cannot lower the build's priority: {exc}"}), flush=True)
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     try:
         result = run_job(job)

@@ -12,6 +12,7 @@ wants after a correction.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -22,10 +23,8 @@ ENV_OFFSET = "EDGERT_CAPTURE_CLOCK_OFFSET"
 
 def _offset() -> float:
     text = os.environ.get(ENV_OFFSET, "")
-    try:
+    with contextlib.suppress(ValueError):  # unset (or not a number): this process is the first, it sets it
         return float(text)
-    except ValueError:
-        pass
     offset = time.time() - time.monotonic()
     os.environ[ENV_OFFSET] = repr(offset)  # inherited by the capture workers this process spawns
     return offset

@@ -14,7 +14,7 @@ own), the frame counter, its source's figures, and ``on_frame`` for observers th
 
 The decoding tail (one NMS and one mapping per batch) stays on the slot threads: moved here
 (:meth:`~edgert.pipeline.gpu_slot.GpuSlot.process_deferred` returns it as a call), NanoDet at 16 streams fell from
-2 988 to 2 371 frames/s on the H200 (2026-12-02, docs/pipeline.md): OpenCV's NMS releases the interpreter lock,
+2 988 to 2 371 frames/s on the H200 (docs/results/history-pipeline.md): OpenCV's NMS releases the interpreter lock,
 so three slot threads run it side by side, where one results thread runs it in turn.
 
 Order and accounting are :func:`edgert.pipeline.finish.finish`'s, frame by frame: the same steps, the same

@@ -347,6 +347,8 @@ class UpdateDoor(BaseObserver):
                 continue
             if "result" in msg:
                 result = msg["result"]
+            elif "warning" in msg:
+                log.warning("model update: %s: %s", c.label, msg["warning"])
             elif msg.get("step") == "checking":
                 self._step("checking", c.label, progress=int(msg.get("progress", 0)))
             else:
@@ -401,8 +403,8 @@ class UpdateDoor(BaseObserver):
         try:
             os.replace(c.path, target)
             Path(f"{target}.why.txt").write_text(why + "\n", encoding="utf-8")
-        except OSError:
-            pass
+        except OSError as exc:  # the refusal stands (it is the journal's and the summary's); the file stays put
+            log.warning("model update: %s not moved to rejected/ (%s)", c.label, exc)
         self._step("rejected", c.label, why=why, **({"map50_95": result.get("map50_95")} if result else {}))
 
     # -- rollback -----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class WorkerRestarts:
     _config: Any
 
     def _read(self, out: np.ndarray | None = None) -> np.ndarray | None:
+        """One frame from the current worker (ProcessCaptureSource's own read, which this class wraps)."""
         raise NotImplementedError
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:

@@ -170,7 +170,7 @@ class UnopenedSource(FrameSource):
         return None
 
     def close(self) -> None:
-        pass
+        """Nothing was opened, so nothing is released."""
 
 
 def open_source(source: SourceConfig | str, among: int = 1) -> FrameSource:
