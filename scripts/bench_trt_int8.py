@@ -1,11 +1,17 @@
 """INT8 measured as engine speed on a real TensorRT: per detector, FP32 / FP16 / edgert's default INT8 /
 edgert --full-int8 / NVIDIA ModelOpt's INT8 (and implicit INT8 from a calibration cache where one is given),
-each built once with a batch profile 1..32 tuned for 16 and DETAILED layer information, then:
+each built once with a batch profile 1..32 tuned for 16 (four copies: the GPU processor's slots each take one on
+TensorRT 8.x) and DETAILED layer information, then:
 
 - engine latency (p50/p99 of one call) and throughput (frames/s) at batch 1, 16 and 32 (``edgert bench``'s loop);
 - the layer report: compute layers by precision, float layers, reformat layers (TensorRT's engine inspector);
 - agreement with the FP32 engine on held-out images: mAP@0.5:0.95 with the FP32 engine's detections as the
-  ground truth (``edgert compare``'s measure, both through the runtime's preprocessing and decoding).
+  ground truth (``edgert compare``'s measure, both through the runtime's preprocessing and decoding);
+- (``--phase pipeline``) the same engine through ``edgert run`` with 16 file streams (frames/s end to end, against
+  the engine's compute-only batch-16 figure), and ``edgert bench`` on it.
+
+``--jobs N`` builds N engines at once, each in its own process (a build is mostly one CPU core's work; the
+JSON keeps each build's CPU seconds beside its wall seconds, so a reader can tell whether they contended).
 
 Variants come from a folder of quantized models named ``{model}-edgert.onnx``, ``{model}-edgert-full.onnx``,
 ``{model}-modelopt.onnx`` (and ``{model}-edgert.calib`` for implicit INT8); a missing one is left out and said.
@@ -19,6 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -47,7 +56,11 @@ def _source(name: str, variant: str, int8_dir: Path) -> tuple[Path | None, Path 
     return (path, None) if path.is_file() else (None, None)
 
 
-def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int, opt_batch: int) -> dict[str, Any]:
+CONTEXTS = 4  # profile copies: edgert run's GPU processor takes one per slot (max_gpu_slots)
+
+
+def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int, opt_batch: int,
+          backend: str = "tensorrt") -> dict[str, Any]:
     from edgert.builder import parse_shapes
     from edgert.builder.engine_builder import BuildOptions, build_engine
     from edgert.cli.bench import batch_inputs
@@ -64,13 +77,80 @@ def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int
 
     shapes = [f"{k}:{dims(1, r)}/{dims(opt_batch, r)}/{dims(max_batch, r)}" for k, r in rest.items()]
     out = engines / f"{name}.{variant}.engine"
-    options = BuildOptions(backend="tensorrt", precision=VARIANTS[variant][1], profiles=tuple(parse_shapes(shapes)),
-                           calib_cache=cache, detailed_layers=True)
-    t0 = time.perf_counter()
+    options = BuildOptions(backend=backend, precision=VARIANTS[variant][1], profiles=tuple(parse_shapes(shapes)),
+                           calib_cache=cache, detailed_layers=True, contexts=CONTEXTS)
+    t0, cpu0 = time.perf_counter(), _cpu_s()
     result = build_engine(batched, out, options)
-    return {"source": str(src), "engine": str(result.engine), "status": result.status,
-            "build_s": round(time.perf_counter() - t0, 1), "engine_mb": round(result.record.engine_bytes / 1e6, 2),
+    return {"source": str(src), "batched": str(batched), "engine": str(result.engine), "status": result.status,
+            "build_s": round(time.perf_counter() - t0, 1), "build_cpu_s": round(_cpu_s() - cpu0, 1),
+            "engine_mb": round(result.record.engine_bytes / 1e6, 2), "contexts": CONTEXTS,
             "inputs": {k: list(r) for k, r in rest.items()}}
+
+
+def _cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+Job = tuple[str, str, Path, Path, int, int, str]  # build()'s arguments
+
+
+def _build_row(job: Job) -> tuple[str, str, dict[str, Any]]:
+    """One build in a worker process: the row, or the error as a row (one variant's failure ends nothing)."""
+    name, variant = job[0], job[1]
+    try:
+        return name, variant, build(*job)
+    except Exception as exc:
+        return name, variant, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+
+
+def build_all(jobs: list[Job], workers: int, done: Any) -> None:
+    """Build ``jobs`` ``workers`` at a time; ``done(name, variant, row)`` as each finishes."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from edgert.rewrite.batch import batched_model_path
+
+    for name, variant, int8_dir, *_ in jobs:  # the dynamic-batch rewrites once, before the workers race for them
+        src, _cache = _source(name, variant, int8_dir)
+        if src is not None:
+            batched_model_path(src)
+    if workers <= 1:
+        for job in jobs:
+            done(*_build_row(job))
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        for fut in as_completed([pool.submit(_build_row, job) for job in jobs]):
+            done(*fut.result())
+
+
+def pipeline(built: dict[str, Any], video: Path, streams: int) -> dict[str, Any]:
+    """``built``'s engine through ``edgert run`` with ``streams`` file streams (the CLI, as a user runs it), and
+    ``edgert bench`` on the engine."""
+    engine = Path(built["engine"])
+    serving = Path(built["batched"]).with_suffix(".engine")  # where edgert run looks for the model's engine
+    if engine != serving:
+        shutil.copyfile(engine, serving)
+        shutil.copyfile(engine.with_name(engine.name + ".json"), serving.with_name(serving.name + ".json"))
+    py = [sys.executable, "-m", "edgert"]
+    cmd = [*py, "run", "--backend", "tensorrt", "--model", built["source"], "--json"]
+    for _ in range(streams):
+        cmd += ["--source", str(video)]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    shown = f"edgert run --backend tensorrt --model {built['source']} --json --source {video} (x{streams})"
+    row: dict[str, Any] = {"command": shown, "rc": run.returncode,
+                           "wall_s": round(time.perf_counter() - t0, 1), "stderr_tail": run.stderr[-800:]}
+    if run.returncode == 0:
+        summary = json.loads(run.stdout)
+        row.update({k: summary.get(k) for k in ("fps", "frames", "latency_ms", "processing", "slots", "batch",
+                                                "batch_fill", "wall_s", "batch_note")})
+    bench = subprocess.run([*py, "bench", str(engine), "--backend", "tensorrt", "--iterations", "100", "--json"],
+                           capture_output=True, text=True, timeout=300)
+    row["edgert_bench_rc"] = bench.returncode
+    if bench.returncode:
+        row["edgert_bench_stderr"] = bench.stderr[-800:]
+    return row
 
 
 def measure(engine: Path, inputs: dict[str, list[int]], batches: list[int], iterations: int) -> dict[str, Any]:
@@ -114,14 +194,20 @@ def main() -> int:
     ap.add_argument("--batches", default="1,16,32")
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--engines", type=Path, default=Path("/tmp/edgert-trt-int8"))
-    ap.add_argument("--phase", choices=("build", "measure", "all"), default="all",
-                    help="build: engines only (cached for the next phase); measure: latency, layers, agreement")
+    ap.add_argument("--phase", choices=("build", "measure", "all", "pipeline"), default="all",
+                    help="build: engines only (cached for the next phase); measure: latency, layers, agreement; "
+                         "pipeline: edgert run with --streams file streams on each built engine")
+    ap.add_argument("--backend", choices=("tensorrt", "tensorrt-rtx"), default="tensorrt",
+                    help="tensorrt-rtx with --phase build: a dry run of the builds on a machine without a GPU")
+    ap.add_argument("--jobs", type=int, default=1, help="engines built at once, each in its own process")
+    ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--out", type=Path, default=Path("trt-int8.json"))
     args = ap.parse_args()
     from edgert.backends import backend_class
 
-    probe = backend_class("tensorrt")().probe()
-    if not probe.available:
+    probe = backend_class(args.backend)().probe()
+    dry = args.backend == "tensorrt-rtx" and args.phase == "build"  # TensorRT-RTX builds without a GPU
+    if not probe.available and not dry:
         print(f"bench_trt_int8: TensorRT cannot run here: {probe.reason}", file=sys.stderr)
         return 1
     batches = [int(b) for b in args.batches.split(",")]
@@ -132,20 +218,39 @@ def main() -> int:
     data: dict[str, Any] = {"machine": machine_info(), "trt": probe.reason, "batches": batches,
                             "profile": f"1..{max(batches)}, tuned for 16", "heldout_images": len(heldout),
                             "models": previous.get("models", {})}
-    for name in args.models.split(","):
-        rows = data["models"].setdefault(name, {})
-        for variant in args.variants.split(","):
+    names, variants = args.models.split(","), args.variants.split(",")
+    for name in names:
+        data["models"].setdefault(name, {})
+    if args.phase in ("build", "all"):
+        def done(name: str, variant: str, row: dict[str, Any]) -> None:
+            kept = data["models"][name].setdefault(variant, {})
+            if not (row.get("status") == "reused" and kept.get("build", {}).get("status") in ("built", "rebuilt")):
+                kept["build"] = row  # a resumed run finds the engine built: the first build's figures stay
+            print(f"{name} {variant}: {row.get('error') or row}", flush=True)
+            write_json(args.out, data)
+
+        data["build_jobs"] = args.jobs
+        # variant by variant: the later builds find the earlier ones' layer timings in the timing cache
+        build_all([(n, v, args.int8, args.engines, max(batches), 16, args.backend) for v in variants for n in names],
+                  args.jobs, done)
+    for name in names:
+        rows = data["models"][name]
+        for variant in variants:
             row = rows.setdefault(variant, {})
+            built = row.get("build", {})
+            if not built.get("engine") or args.phase == "build":
+                continue
+            if (args.phase == "measure" and "batches" in row) or (args.phase == "pipeline" and "pipeline" in row):
+                continue  # measured by an earlier run (a device run's time limit ends a phase part-way)
             try:
-                if args.phase in ("build", "all"):
-                    row["build"] = build(name, variant, args.int8, args.engines, max(batches), 16)
-                    print(f"{name} {variant}: {row['build']}", flush=True)
-                built = row.get("build", {})
-                if args.phase in ("measure", "all") and built.get("engine"):
+                if args.phase in ("measure", "all"):
                     row.update(measure(Path(built["engine"]), built["inputs"], batches, args.iterations))
                     ref = rows.get("fp32", {}).get("build", {}).get("engine")
                     if heldout and ref and variant != "fp32":
                         row["agreement"] = agreement(Path(ref), Path(built["engine"]), heldout)
+                if args.phase == "pipeline":
+                    row["pipeline"] = pipeline(built, assets_dir() / "video" / "vtest.avi", args.streams)
+                    print(f"{name} {variant}: edgert run {row['pipeline']}", flush=True)
             except Exception as exc:  # one variant's failure is a row, not the end of the run
                 row["error"] = f"{type(exc).__name__}: {exc}"
                 row["traceback"] = traceback.format_exc()[-3000:]

@@ -7,6 +7,7 @@ GPU, CUDA and TensorRT that measured them, so the file name carries all three.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -47,7 +48,8 @@ def timing_cache_path(target: TargetInfo, cache_dir: Path | None = None) -> Path
 
 
 class TimingCache:
-    """Loads the cache into a builder config before a build and saves the merged cache after it."""
+    """Loads the cache into a builder config before a build and saves the merged cache after it (merged again
+    with the file, so builds running side by side each add their timings)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -76,9 +78,17 @@ class TimingCache:
         log.debug("timing cache %s: %d bytes loaded", self.path, self.loaded_bytes)
 
     def save(self, config: Any) -> None:
+        """Write this build's timings merged with what the file holds now: a build that ran beside this one
+        (another engine, a background model update) saved its own timings meanwhile, and they are kept."""
         cache = config.get_timing_cache()
         if cache is None:
             return
+        with contextlib.suppress(OSError):  # no file yet, or unreadable: this build's timings alone
+            on_disk = self.path.read_bytes()
+            other = config.create_timing_cache(on_disk) if on_disk else None
+            # ignore_mismatch=False: timings from another device or version are left out, not merged
+            if other is not None and not cache.combine(other, False):
+                log.warning("timing cache %s could not be merged with this build's timings; replacing it", self.path)
         try:
             data = bytes(memoryview(cache.serialize()))
             write_atomic(self.path, data)

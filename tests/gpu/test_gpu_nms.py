@@ -20,6 +20,25 @@ from tests.gpu.test_gpu_device import _REASON, NANODET, YOLOV8
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
 
+_BATCH = 6  # six vtest frames, bus.jpg (portrait, larger), a small image (upscaled)
+
+
+@pytest.fixture(scope="module")
+def batched(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """name -> the detector rewritten to a dynamic batch and ready for ``_BATCH`` frames a call, made once per
+    module (on TensorRT each is an engine build)."""
+    from edgert.rewrite.batch import batched_model_path
+    from tests.gpu.test_gpu_device import _model, prepared
+
+    root, made = tmp_path_factory.mktemp("batched"), {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = prepared(batched_model_path(_model(assets, name), root), _BATCH)
+        return made[name]
+
+    return get
+
 _CASES = [
     (NANODET, {}),
     (NANODET, {"conf": 0.05}),  # hundreds of candidates per frame: the NMS does real work
@@ -31,19 +50,17 @@ _CASES = [
 
 
 @pytest.mark.parametrize(("name", "decode"), _CASES)
-def test_gpu_nms_equals_host_finishing(assets: Path, tmp_path: Path, name: str, decode: dict[str, Any]) -> None:
+def test_gpu_nms_equals_host_finishing(assets: Path, batched: Any, name: str, decode: dict[str, Any]) -> None:
     from edgert.backends.cuda import copy_dtoh_async
     from edgert.config import DecodeConfig, ModelConfig, PipelineConfig, RuntimeConfig
     from edgert.pipeline.gpu import GpuProcessor, GpuSlot
-    from edgert.rewrite.batch import batched_model_path
     from edgert.stats import STAGES
     from edgert.vision.gpu_decode import candidates_to_detections_batch, emulate_filter
-    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames, _model, prepared
+    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames
 
-    src = _model(assets, name)
-    frames = _frames(assets, 6)  # six vtest frames, bus.jpg (portrait, larger), a small image (upscaled)
+    frames = _frames(assets, _BATCH)
     b = len(frames)
-    config = PipelineConfig(model=ModelConfig(path=str(prepared(batched_model_path(src, tmp_path), b))),
+    config = PipelineConfig(model=ModelConfig(path=str(batched(name))),
                             decode=DecodeConfig(**decode), runtime=RuntimeConfig(slots=1))
     with GpuProcessor(config, GPU_BACKEND, batch=b) as proc:
         assert proc.gpu_nms and proc.describe()["decode"] == "gpu-filter+gpu-nms"
@@ -79,7 +96,7 @@ def test_gpu_nms_equals_host_finishing(assets: Path, tmp_path: Path, name: str, 
 
 
 @pytest.mark.parametrize("name", [NANODET, YOLOV8])
-def test_a_part_batch_gives_each_frame_its_own_detections(assets: Path, tmp_path: Path, name: str) -> None:
+def test_a_part_batch_gives_each_frame_its_own_detections(assets: Path, batched: Any, name: str) -> None:
     """A batch shorter than the processor's (the batcher sends one when the engine is idle, or at a source's end)
     gives every frame the detections it gets in a full batch: its boxes, scores and classes. Before session 11
     the host read a part batch's scores and classes at a full batch's offsets: right boxes, every score 0.0 and
@@ -87,12 +104,11 @@ def test_a_part_batch_gives_each_frame_its_own_detections(assets: Path, tmp_path
     (``GpuSession.batch_sizes``), so scores may differ by cuDNN's noise between the two sizes."""
     from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig
     from edgert.pipeline.gpu import GpuProcessor, GpuSlot
-    from edgert.rewrite.batch import batched_model_path
     from edgert.stats import STAGES
-    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames, _model, prepared
+    from tests.gpu.test_gpu_device import GPU_BACKEND, _frames
 
-    frames = _frames(assets, 6)  # eight frames: the processor's batch
-    model = prepared(batched_model_path(_model(assets, name), tmp_path), len(frames))
+    frames = _frames(assets, _BATCH)  # the processor's batch
+    model = batched(name)
     config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(slots=1))
     with GpuProcessor(config, GPU_BACKEND, batch=len(frames)) as proc:
         slot = proc.slots[0]

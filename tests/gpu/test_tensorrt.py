@@ -170,3 +170,28 @@ def test_edgert_run_on_tensorrt(assets: Path, nanodet: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert summary["processing"] == "gpu" and summary["frames"] == 40
+
+
+def test_builds_side_by_side_keep_each_others_timings(tmp_path: Path) -> None:
+    """A build that loaded the timing cache before another build saved (two `edgert build` at once, a background
+    model update) merges its timings into the file instead of writing over the other build's."""
+    import tensorrt as trt
+
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.builder.timing_cache import TimingCache
+    from tests.helpers import tiny_model
+
+    cache_dir = tmp_path / "cache"
+    options = BuildOptions(backend="tensorrt", cache_dir=cache_dir)
+    build_engine(tiny_model(tmp_path / "a.onnx", (1, 3, 64, 64), "Relu"), None, options)
+    (path,) = (cache_dir / "timing").glob("*.cache")
+    path.unlink()
+    config = trt.Builder(trt.Logger(trt.Logger.ERROR)).create_builder_config()
+    early = TimingCache(path)
+    early.attach(config)  # empty: the other build has not saved yet
+    build_engine(tiny_model(tmp_path / "b.onnx", (1, 8, 32, 32), "Sigmoid"), None, options)
+    other = path.read_bytes()
+    empty = bytes(memoryview(config.get_timing_cache().serialize()))
+    assert len(other) > len(empty)
+    early.save(config)
+    assert len(path.read_bytes()) >= len(other)  # the other build's timings are still there
