@@ -182,7 +182,7 @@ def _set_precision(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.
     if strong:
         return  # a strongly typed network runs each tensor in the type the ONNX gives it
     bf = trt.BuilderFlag
-    want_fp16 = precision in ("fp16", "best")
+    want_fp16 = float_layers_fp16(options, strong)
     want_int8 = precision == "int8" or (precision == "best" and (info.has_qdq or options.calib_cache is not None))
     if want_fp16:
         if not builder.platform_has_fast_fp16:
@@ -192,6 +192,14 @@ def _set_precision(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.
         config.set_flag(bf.INT8)
         if not info.has_qdq and options.calib_cache is not None:
             config.int8_calibrator = _calibrator(trt, options.calib_cache.read_bytes())
+
+
+def float_layers_fp16(options: BuildOptions, strong: bool) -> bool:
+    """Whether the builder may run float layers in FP16. An INT8 engine's float layers (those its Q/DQ model
+    keeps float, its decode head, the reformats around them) run in FP16 as well, as ``trtexec --int8 --fp16``
+    (``--best``) and ModelOpt's and Ultralytics' INT8 builds do: INT8 alone leaves them in FP32, and an INT8
+    engine can then be slower than the FP16 one. A strongly typed network takes the types its ONNX gives."""
+    return not strong and options.precision in ("fp16", "best", "int8")
 
 
 def without_library_tactics(trt: ModuleType) -> bool:
@@ -365,6 +373,7 @@ def _builder_flags(options: BuildOptions, strong: bool, info: OnnxInfo, trt: Mod
         "detailed_layers": options.detailed_layers,
         "contexts": options.contexts,
         "fp16_route": fp16_route(options, strong),
+        "fp16_flag": float_layers_fp16(options, strong),
         "workspace_mib": options.workspace_mib,
         "optimization_level": options.optimization_level,
         "dla_core": options.dla_core,

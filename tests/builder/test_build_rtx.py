@@ -192,6 +192,7 @@ def test_explicit_qdq_model_builds_as_int8(tmp_path: Path, env: dict[str, str]) 
     assert out.startswith("built") and ", int8," in out
     side = json.loads((tmp_path / "q.engine.json").read_text())
     assert side["builder_flags"]["explicit_quantization"] is True and side["precision"] == "int8"
+    assert side["builder_flags"]["fp16_flag"] is False  # strongly typed: float layers in the ONNX's own types
 
 
 @pytest.mark.skipif(not is_importable("onnxconverter_common"), reason="pip install 'edgert[fp16]'")

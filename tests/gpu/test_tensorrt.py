@@ -195,3 +195,23 @@ def test_builds_side_by_side_keep_each_others_timings(tmp_path: Path) -> None:
     assert len(other) > len(empty)
     early.save(config)
     assert len(path.read_bytes()) >= len(other)  # the other build's timings are still there
+
+
+def test_int8_engine_runs_its_float_layers_in_fp16(assets: Path, nanodet: Path, tmp_path: Path) -> None:
+    """A Q/DQ model from edgert calibrate builds with FP16 allowed beside INT8 (trtexec's --best): the layers it
+    keeps float run in FP16, not FP32."""
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from edgert.engine.layers import summarize_layers
+
+    qdq = tmp_path / "nanodet-int8.onnx"
+    res = run_cli("calibrate", str(nanodet), "--images", str(assets / "images"), "--num", "8", "--no-check",
+                  "-o", str(qdq), timeout=600)
+    assert res.returncode == 0, res.stderr
+    built = build_engine(qdq, None, BuildOptions(backend="tensorrt", precision="int8", detailed_layers=True))
+    assert built.record.builder_flags["fp16_flag"] is True and built.record.builder_flags["explicit_quantization"]
+    from edgert.backends import open_session
+
+    with open_session(qdq.with_suffix(".engine"), "tensorrt") as session:
+        summary = summarize_layers(session.layer_information())
+    print(f"INT8 engine layers: {summary.by_precision}, reformats {summary.reformats}")
+    assert summary.by_precision.get("int8", 0) > 10 and summary.by_precision.get("fp16", 0) > 0
