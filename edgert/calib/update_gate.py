@@ -90,20 +90,24 @@ def _int8(candidate: str, job: dict[str, Any], frames: list[np.ndarray], config:
 
 
 def _engine(candidate: str, job: dict[str, Any], result: dict[str, Any]) -> str | None:
-    """``edgert build`` of the candidate into ``MODEL.engine`` beside it (the runtime never builds: it finds this
-    engine when it opens the candidate), in this low-priority process; None and ``result`` says why on failure."""
+    """``edgert build`` of the candidate where the runtime looks for its engine (the runtime never builds):
+    ``MODEL.engine`` beside it, or for a run of N frames a call (several sources) the ``--batch N`` engine beside
+    its dynamic-batch copy, as the running engine was built; in this low-priority process. None and ``result``
+    says why on failure."""
     import subprocess
 
     _say(progress=20, step="building engine")
-    engine = str(Path(candidate).with_suffix(".engine"))
+    batch = int(job.get("batch") or 1)
     argv = [sys.executable, "-m", "edgert.cli.main", "build", candidate, "--backend", str(job["backend"]),
             "--precision", "int8" if job.get("precision") == "int8" else str(job.get("engine_precision", "fp16")),
-            "--no-progress", "-o", engine]
+            "--no-progress", "--json"]
+    argv += ["--batch", str(batch)] if batch > 1 else ["-o", str(Path(candidate).with_suffix(".engine"))]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
         result.update(ok=False, why=f"the engine build failed: {' '.join(last)[:300]}")
         return None
+    engine = str(json.loads(done.stdout)["engine"])
     result["engine"] = engine
     return engine
 

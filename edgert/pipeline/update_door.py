@@ -333,7 +333,8 @@ class UpdateDoor(BaseObserver):
         backend = self.config.model.backend if self.config.model.backend != "auto" else self.processor.backend_name
         if not builds_engines(backend):
             return {}
-        return {"builds_engines": True, "backend": backend, "engine_precision": self.config.model.precision}
+        return {"builds_engines": True, "backend": backend, "engine_precision": self.config.model.precision,
+                "batch": self.processor.batch}
 
     def _follow(self, c: Candidate, job: Path, errors: Any) -> dict[str, Any]:
         """Start the child on ``job`` and follow its progress lines to its result."""

@@ -75,3 +75,26 @@ def test_an_engine_is_built_in_the_child_beside_the_candidate(assets: Path, tmp_
     assert (tmp_path / "cam.engine").exists() and (tmp_path / "cam.engine.json").exists()
     if not gpu_present()[0]:
         assert not lines[-1]["result"]["ok"] and "no GPU" in lines[-1]["result"]["why"]
+
+
+def test_a_run_of_several_sources_gets_the_batch_engine_it_opens(assets: Path, tmp_path: Path) -> None:
+    """A run of 4 frames a call opens the engine beside the candidate's dynamic-batch copy, built for 1..4 frames
+    with a profile per GPU slot (``edgert build --batch 4``): the child builds that one, not a batch-1 engine."""
+    pytest.importorskip("tensorrt_rtx")
+    import os
+
+    model = tmp_path / "cam.onnx"
+    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
+    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
+    job = {"candidate": str(model), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"), "counts": [{}],
+           "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True, "backend": "tensorrt-rtx",
+           "engine_precision": "fp16", "batch": 4}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "EDGERT_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    assert json.loads(r.stdout.splitlines()[1]) == {"progress": 40, "step": "opening"}  # built
+    (engine,) = (tmp_path / "cache" / "batch").glob("*.batch.engine")
+    assert not (tmp_path / "cam.engine").exists()
+    side = json.loads(engine.with_name(engine.name + ".json").read_text())
+    assert side["profiles"][0]["max"][0] == 4 and side["builder_flags"]["contexts"] == 4
