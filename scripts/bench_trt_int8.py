@@ -233,9 +233,9 @@ def main() -> int:
         # variant by variant: the later builds find the earlier ones' layer timings in the timing cache
         build_all([(n, v, args.int8, args.engines, max(batches), 16, args.backend) for v in variants for n in names],
                   args.jobs, done)
-    for name in names:
-        rows = data["models"][name]
-        for variant in variants:
+    for variant in variants:  # variant by variant: a run cut short by its time limit has whole columns
+        for name in names:
+            rows = data["models"][name]
             row = rows.setdefault(variant, {})
             built = row.get("build", {})
             if not built.get("engine") or args.phase == "build":

@@ -176,6 +176,7 @@ int8() {  # PHASE=build|measure|pipeline|all, JOBS=N engines built at once (each
 
 through() {  # builds, measure, pipeline, each resumable, within one device run's limit (END: epoch seconds)
   local end=${END:-$(($(date +%s) + 570))} phase left
+  export VARIANTS=${VARIANTS:-fp16,int8-edgert,int8-modelopt,int8-edgert-full,fp32} JOBS=${JOBS:-12}
   for phase in build measure pipeline; do
     left=$((end - $(date +%s))); [ $left -lt 30 ] && { echo "no time left for $phase"; return 3; }
     if [ $phase = build ]; then LIMIT=$left builds "$@"; else PHASE=$phase LIMIT=$left int8 "$@"; fi
