@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def assets_dir() -> Path | None:
-    path = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets"))
+    path = Path(os.environ.get("EDGERT_ASSETS", ROOT.parent / "shared" / "assets")).resolve()  # tests link to it
     return path if (path / "README.md").exists() else None
 
 
