@@ -129,9 +129,22 @@ def pipeline(built: dict[str, Any], video: Path, streams: int) -> dict[str, Any]
     ``edgert bench`` on the engine."""
     engine = Path(built["engine"])
     serving = Path(built["batched"]).with_suffix(".engine")  # where edgert run looks for the model's engine
-    if engine != serving:
-        shutil.copyfile(engine, serving)
-        shutil.copyfile(engine.with_name(engine.name + ".json"), serving.with_name(serving.name + ".json"))
+    files = [(engine, serving), (engine.with_name(engine.name + ".json"), serving.with_name(serving.name + ".json"))]
+    for _, dst in files:  # an engine already there (another build's) is put back after the run
+        if dst.exists() and engine != serving:
+            dst.replace(dst.with_name(dst.name + ".bak"))
+    try:
+        if engine != serving:
+            for src, dst in files:
+                shutil.copyfile(src, dst)
+        return _run_and_bench(built, engine, video, streams)
+    finally:
+        for _, dst in files:
+            if dst.with_name(dst.name + ".bak").exists():
+                dst.with_name(dst.name + ".bak").replace(dst)
+
+
+def _run_and_bench(built: dict[str, Any], engine: Path, video: Path, streams: int) -> dict[str, Any]:
     py = [sys.executable, "-m", "edgert"]
     cmd = [*py, "run", "--backend", "tensorrt", "--model", built["source"], "--json"]
     for _ in range(streams):

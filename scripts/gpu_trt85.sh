@@ -194,7 +194,7 @@ from pathlib import Path
 from edgert.rewrite.batch import batched_model_path
 from tests.gpu.test_gpu_device import NANODET, YOLOV8, prepared
 a, tmp = Path(os.environ["EDGERT_ASSETS"]) / "models" / "detection", Path(tempfile.mkdtemp())
-for model, batch in ((a / NANODET, 1), (a / YOLOV8, 1), (batched_model_path(a / NANODET, tmp), 6),
+for model, batch in ((a / NANODET, 1), (a / YOLOV8, 1), (a / NANODET, 4), (batched_model_path(a / NANODET, tmp), 6),
                      (batched_model_path(a / YOLOV8, tmp), 6)):
     t0 = time.perf_counter(); prepared(model, batch); print(model.name, batch, f"{time.perf_counter() - t0:.0f} s", flush=True)
 PY

@@ -14,9 +14,9 @@ import pytest
 
 from edgert.config import ModelConfig, PipelineConfig, RuntimeConfig, SourceConfig
 from edgert.pipeline import Pipeline
-from tests.gpu.test_gpu_device import _REASON, NANODET, ort_only
+from tests.gpu.test_gpu_device import _REASON, GPU_BACKEND, NANODET, prepared
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or ""), ort_only]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -35,7 +35,7 @@ def test_process_capture_on_the_gpu_gives_the_in_process_detections(assets: Path
     for capture in ("thread", "process"):
         out = tmp_path / f"{capture}.jsonl"
         config = PipelineConfig(
-            model=ModelConfig(path=str(assets / "models" / "detection" / NANODET), backend="onnxruntime-cuda"),
+            model=ModelConfig(path=str(prepared(assets / "models" / "detection" / NANODET, 4)), backend=GPU_BACKEND),
             sources=tuple(SourceConfig(uri=video, capture=capture) for _ in range(4)),  # type: ignore[arg-type]
             sinks=(f"jsonl://{out}",), runtime=RuntimeConfig(processing="gpu", max_frames=60, memory=memory,
                                                             part_batches=False))  # type: ignore[arg-type]

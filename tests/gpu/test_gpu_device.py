@@ -176,12 +176,12 @@ def test_gpu_and_cpu_processors_give_the_same_detections_in_order(assets: Path, 
             assert min(max(abs(x - y) for x, y in zip(d["box"], e["box"])) for e in db) <= 1.0
 
 
-@ort_only
 def test_overflowing_candidate_buffer_falls_back_to_host_decoding(assets: Path) -> None:
-    model = _model(assets, NANODET)
+    model = prepared(_model(assets, NANODET))
     frames = _frames(assets, 2)
-    config = PipelineConfig(model=ModelConfig(path=str(model)), runtime=RuntimeConfig(slots=1))
-    with GpuProcessor(config, candidates=1024) as big, GpuProcessor(config, candidates=1) as small:
+    config = PipelineConfig(model=ModelConfig(path=str(model), backend=GPU_BACKEND), runtime=RuntimeConfig(slots=1))
+    with GpuProcessor(config, GPU_BACKEND, candidates=1024) as big, \
+            GpuProcessor(config, GPU_BACKEND, candidates=1) as small:
         for f in frames:
             a, b = big.detect(f), small.detect(f)
             assert np.array_equal(a.class_id, b.class_id)
@@ -212,12 +212,12 @@ def test_edgert_run_picks_gpu_processing_by_itself(assets: Path, tmp_path: Path)
     assert len(_jsonl(out)) == 30
 
 
-@ort_only
 def test_sigterm_during_gpu_processing_flushes_everything(assets: Path, tmp_path: Path) -> None:
     """SIGTERM: exit 0, every JSONL line whole, and the mp4 has exactly the frames the JSONL has."""
     cv2 = pytest.importorskip("cv2")
     events, video = tmp_path / "e.jsonl", tmp_path / "out.mp4"
-    proc = _cli("--processing", "gpu", "--json", "--loop", "--model", str(_model(assets, YOLOV8)),
+    proc = _cli("--processing", "gpu", "--backend", GPU_BACKEND, "--json", "--loop",
+                "--model", str(prepared(_model(assets, YOLOV8))),
                 "--source", str(assets / "video" / "vtest.avi"), "--sink", f"jsonl://{events}", "--sink", str(video))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not events.exists() or events.stat().st_size < 200_000):
@@ -237,14 +237,14 @@ def test_sigterm_during_gpu_processing_flushes_everything(assets: Path, tmp_path
     assert summary["drops"] == {}
 
 
-@ort_only
 def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_path: Path) -> None:
     from tests.service.conftest import NotifyReceiver
 
     receiver = NotifyReceiver(f"@edgert-gpu-{os.getpid()}")
     try:
         env = {**os.environ, "NOTIFY_SOCKET": receiver.address, "WATCHDOG_USEC": "1000000"}
-        proc = _cli("--processing", "gpu", "--loop", "--model", str(_model(assets, NANODET)),
+        proc = _cli("--processing", "gpu", "--backend", GPU_BACKEND, "--loop",
+                    "--model", str(prepared(_model(assets, NANODET))),
                     "--source", str(assets / "video" / "vtest.avi"), env=env)
         receiver.wait_for("READY", timeout=120)
         receiver.wait_for("WATCHDOG", count=4, timeout=30)
@@ -258,17 +258,15 @@ def test_sd_notify_ready_watchdog_stopping_on_gpu_processing(assets: Path, tmp_p
         receiver.close()
 
 
-@ort_only
 def test_gpu_processing_fills_a_second_input_from_the_config(tmp_path: Path) -> None:
     """The same rule as the CPU processor: a second input is refused by name, or filled with model.inputs on
     the device (compute_only copies nothing, so the constant must be uploaded once per slot)."""
     from tests.cli.test_misuse_one_line import _gain_detector
     from tests.pipeline.media import make_video
 
-    model = _gain_detector(tmp_path / "gain.onnx")
+    model = prepared(_gain_detector(tmp_path / "gain.onnx"))
     video = make_video(tmp_path / "v.avi", frames=12, size=(96, 64))
-    base = ["--processing", "gpu", "--backend", "onnxruntime-cuda", "--model", str(model), "--source", str(video),
-            "--json"]
+    base = ["--processing", "gpu", "--backend", GPU_BACKEND, "--model", str(model), "--source", str(video), "--json"]
     refused = _cli(*base)
     _, err = refused.communicate(timeout=300)
     assert refused.returncode == 1 and "cannot fill it" in err and "Traceback" not in err
