@@ -170,7 +170,7 @@ int8() {  # PHASE=build|measure|pipeline|all, JOBS=N engines built at once (each
   local models="${2:-nanodet,yolov3tiny,yolov8s}"
   (cd scripts && timeout "${LIMIT:-540}" $PY bench_trt_int8.py --int8 /tmp/edgert-int8 \
     --heldout /tmp/edgert-int8/heldout_images.txt --models "$models" --out /tmp/edgert-int8.json \
-    --jobs "${JOBS:-1}" ${VARIANTS:+--variants $VARIANTS} ${PHASE:+--phase $PHASE}) 2>&1 | tee -a $OUT/int8.log | tail -40
+    --jobs "${JOBS:-1}" --iterations "${ITERS:-100}" ${VARIANTS:+--variants $VARIANTS} ${PHASE:+--phase $PHASE}) 2>&1 | tee -a $OUT/int8.log | tail -40
   cp /tmp/edgert-int8.json $OUT/trt85-int8.json
 }
 
