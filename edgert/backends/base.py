@@ -146,6 +146,9 @@ class Backend(abc.ABC):
     #: True: this backend's sessions are :class:`~edgert.backends.gpu_session.GpuSession` (buffers on a CUDA
     #: device, one stream), so the GPU processor can feed them.
     gpu_sessions: bool = False
+    #: With ``gpu_sessions``: whether its sessions capture the model's launches as a CUDA graph
+    #: (``runtime.cuda_graph``); a run that asks one that cannot is refused, not run without.
+    cuda_graphs: bool = False
 
     @abc.abstractmethod
     def probe(self) -> BackendProbe:

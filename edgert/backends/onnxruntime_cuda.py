@@ -142,6 +142,7 @@ class OnnxRuntimeCudaSession(GpuSession):
 class OnnxRuntimeCudaBackend(Backend):
     name = "onnxruntime-cuda"
     gpu_sessions = True
+    cuda_graphs = True  # the CUDA provider's enable_cuda_graph
 
     def probe(self) -> BackendProbe:
         present, why = gpu_present()

@@ -63,6 +63,14 @@ def resolve_processing(config: PipelineConfig) -> tuple[str, str, str]:
         backend, probes = choose_backend()
         passed = [f"{p.name}: {p.reason}" for p in probes if not p.available and p.name in gpu_backends()]
         probes_note = f" ({'; '.join(passed)})" if passed else ""
+    if config.runtime.cuda_graph and backend in gpu_backends():
+        from edgert.backends import backend_class
+
+        if not backend_class(backend).cuda_graphs:
+            able = [name for name in gpu_backends() if backend_class(name).cuda_graphs]
+            raise ConfigError(f"runtime.cuda_graph (--cuda-graph): the {backend} backend does not capture CUDA graphs "
+                              f"(edgert's {backend} sessions enqueue each call). Note: drop it, or use --backend "
+                              f"{' or '.join(able)}")
     requested = config.runtime.processing
     if requested == "cpu":
         processing, why = "cpu", "runtime.processing: cpu"

@@ -102,6 +102,15 @@ def test_gpu_only_flags_are_refused_on_the_cpu_processor(media: dict[str, Path],
     assert key in line and "applies to GPU processing only" in line
 
 
+@pytest.mark.parametrize("backend", ["tensorrt", "tensorrt-rtx"])
+def test_a_cuda_graph_on_a_backend_that_captures_none_is_refused(media: dict[str, Path], backend: str) -> None:
+    """TensorRT sessions enqueue each call: --cuda-graph there is refused in one line, on any machine, rather than
+    run without a graph."""
+    line = _one_line(_run("--cuda-graph", "--backend", backend, "--model", str(media["model"]),
+                          "--source", str(media["video"])))
+    assert f"the {backend} backend does not capture CUDA graphs" in line and "--backend onnxruntime-cuda" in line
+
+
 def test_resolve_processing_cpu_backend(media: dict[str, Path]) -> None:
     model = ModelConfig(path=str(media["model"]), backend="onnxruntime")
     assert resolve_processing(PipelineConfig(model=model))[:2] == ("onnxruntime", "cpu")
