@@ -215,3 +215,9 @@ def test_int8_engine_runs_its_float_layers_in_fp16(assets: Path, nanodet: Path, 
         summary = summarize_layers(session.layer_information())
     print(f"INT8 engine layers: {summary.by_precision}, reformats {summary.reformats}")
     assert summary.by_precision.get("int8", 0) > 10 and summary.by_precision.get("fp16", 0) > 0
+    from edgert.calib.comparison import compare_detectors
+
+    frames = [(f"f{k}", f) for k, f in enumerate(_frames(assets, 4))]
+    r = compare_detectors(nanodet, qdq, frames, backend="tensorrt")
+    print(f"INT8 vs FP32 engine: mAP@0.5:0.95 {r['map']['map50_95']}")
+    assert r["map"]["map50_95"] >= 0.75  # a collapse, not the accuracy figure (8 calibration images here)
