@@ -61,6 +61,7 @@ def _load(model: str | Path) -> tuple[onnx.ModelProto, bytes]:
 def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, images: str,
          cache_version: str | None = None) -> str:
     from edgert._version import __version__
+    from edgert.calib.qdq import PLACEMENT_VERSION
 
     h = hashlib.sha256(model_bytes)
     fields = {
@@ -72,6 +73,7 @@ def _key(model_bytes: bytes, config: PipelineConfig, opts: CalibrationOptions, i
         "share_scales": list(opts.share_scales), "engine_size": opts.engine_size, "size_weight": opts.size_weight,
         "equalization": [opts.equalization, opts.equalize_alpha],
         "exclude": list(opts.exclude_nodes), "images": images, "edgert": __version__,
+        "placement": PLACEMENT_VERSION,
     }
     h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     return h.hexdigest()[:24]

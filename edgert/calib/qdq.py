@@ -37,6 +37,7 @@ from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
 __all__ = [
     "DEFAULT_OPS",
+    "PLACEMENT_VERSION",
     "GraphPlan",
     "QuantTarget",
     "plan_quantization",
@@ -54,6 +55,9 @@ DEFAULT_OPS: tuple[str, ...] = (
     "Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Add",
 )
 _POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool")
+#: Raised when the placement rules change, so a calibration written by the earlier rules is not "up to date"
+#: (2: residual Adds after a Conv's activation, YOLOv8's SiLU shortcuts).
+PLACEMENT_VERSION = 2
 MIN_OPSET = 13  # per-channel DequantizeLinear (axis) needs opset 13
 
 
@@ -220,10 +224,13 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             ins = [t for t in node.input if t]
             if len(ins) != 2 or not all(is_act(t) for t in ins):
                 continue  # adding a constant (bias, offset): nothing to fuse
-            from_weighted = [producer.get(t) is not None and producer[t].op_type in WEIGHTED for t in ins]
-            if not any(from_weighted) or all(from_weighted):
-                continue  # TensorRT fuses the residual Add into the Conv producing one of its inputs
-            acts = [t for t, fw in zip(ins, from_weighted) if not fw]
+            # the branch TensorRT fuses the Add into: a weighted layer's output, or its activation's when only the
+            # Add reads it; the other input is the residual, quantized so the fused layer emits INT8
+            fuses = [(producer.get(t) is not None and producer[t].op_type in WEIGHTED)
+                     or (_from_weighted(t, producer) and len(act.consumers.get(t, ())) == 1) for t in ins]
+            if not any(fuses) or all(fuses):
+                continue
+            acts = [t for t, f in zip(ins, fuses) if not f]
         else:  # a user-listed op: quantize its float activation inputs
             acts = [t for t in node.input if t]
         if any(t in bad for t in acts):
@@ -234,6 +241,33 @@ def plan_quantization(model: onnx.ModelProto, ops: Collection[str] = DEFAULT_OPS
             continue
         targets.append(QuantTarget(node.name, op, tuple(acts), weight, axis))
     return GraphPlan(targets, activation_tensors, tail_nodes, tail_tensors, bad, skipped)
+
+
+#: Activations TensorRT fuses into the Conv before them (its pointwise fusion), so an ``Add`` after one still
+#: fuses into that Conv.
+_FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
+                      "Softplus", "Mish")
+
+
+def _from_weighted(tensor: str, producer: Mapping[str, onnx.NodeProto], depth: int = 3) -> bool:
+    """Whether ``tensor`` comes from a weighted layer directly or through its activation: ``Conv -> Relu``, or
+    YOLOv5/v8's SiLU, ``Conv -> Sigmoid -> Mul(conv, sigmoid)``, which TensorRT fuses into the Conv; an ``Add``
+    of it and a residual then fuses there too, and emits INT8 when the residual input is quantized (TensorRT's
+    Q/DQ placement guide). Seen missing on YOLOv8s: every C2f shortcut stayed float."""
+    node = producer.get(tensor)
+    if node is None or depth == 0:
+        return False
+    if node.op_type in WEIGHTED:
+        return True
+    if node.op_type in _FUSED_ACTIVATIONS:
+        return _from_weighted(node.input[0], producer, depth - 1)
+    if node.op_type == "Mul" and len(node.input) == 2:  # x * sigmoid(x)
+        a, b = node.input
+        for x, gate in ((a, b), (b, a)):
+            g = producer.get(gate)
+            if g is not None and g.op_type == "Sigmoid" and g.input[0] == x:
+                return _from_weighted(x, producer, depth - 1)
+    return False
 
 
 def weighted_inputs(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto],

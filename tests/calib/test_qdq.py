@@ -99,6 +99,24 @@ def test_residual_add_quantizes_only_the_skip_branch(tmp_path: Path) -> None:
     ort.InferenceSession(qdq.SerializeToString()).run(None, {"images": _inputs(1)[0]})
 
 
+def test_residual_add_after_a_conv_and_its_silu_quantizes_the_skip_branch(tmp_path: Path) -> None:
+    """YOLOv5/v8 shortcuts add ``Conv -> Sigmoid -> Mul`` (SiLU, which TensorRT fuses into the Conv) to the
+    block's input: the skip branch is quantized so the fused Conv emits INT8, as after a bare Conv."""
+    from onnx import helper
+
+    proto = onnx.load(str(tiny_detector(tmp_path / "d.onnx", residual=True)))
+    nodes = list(proto.graph.node)
+    at = next(k for k, n in enumerate(nodes) if n.name == "residual_add")
+    nodes[at].input[0] = "c3_silu"
+    nodes[at:at] = [helper.make_node("Sigmoid", ["c3"], ["c3_gate"], name="c3_sigmoid"),
+                    helper.make_node("Mul", ["c3", "c3_gate"], ["c3_silu"], name="c3_mul")]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    model = prepare_model(proto)
+    add = next(t for t in plan_quantization(model).targets if t.node == "residual_add")
+    assert add.activations == ("r2",)
+
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_models_without_convs_anchor_on_matmuls(tmp_path: Path, trans_b: int) -> None:
     model = prepare_model(onnx.load(str(tiny_gemm(tmp_path / "g.onnx", trans_b))))
