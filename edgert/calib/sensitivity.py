@@ -3,9 +3,11 @@
 1. Each quantized layer's own INT8 error, all in one run per frame (:mod:`.layer_error`: the noise-to-signal
    ratio of its output with exact inputs), on a few frames spread over the check set.
 2. Candidates ranked by error per MAC returned to float (:mod:`.macs`), so a cheap layer that hurts goes
-   before an expensive one that hurts a little more. The *output layers* (weighted layers whose outputs reach
-   the decoding tail without another weighted layer: the head's last convs) are one candidate, a region,
-   whose error per MAC counts double: kept float, it joins the float tail and costs no extra reformat.
+   before an expensive one that hurts a little more. Residual Adds are not candidates: TensorRT fuses one into
+   the Conv before it, and a float one keeps that Conv's output float. The *output layers* (weighted layers
+   whose outputs reach the decoding tail without another weighted layer: the head's last convs) are one
+   candidate, a region, whose error per MAC counts double: kept float, it joins the float tail and costs no
+   extra reformat.
 3. Repair within the budget: the longest prefix of the ranking whose MACs fit ``max_float`` of the model's is
    measured first (detection mAP against FP32 detections on the check set). If it misses the target, it is
    kept and the target is not met (one run). If it meets it, the shortest prefix that still does is found by
@@ -181,7 +183,11 @@ def find_float_layers(model: onnx.ModelProto, plan: GraphPlan, amax: dict[str, f
     cost = {n: int(macs.get(n, 0)) for n in targets}
     inits = {i.name: i for i in model.graph.initializer}
     weights = {t.node: int(np.prod(inits[t.weight].dims)) for t in plan.targets if t.weight in inits}
-    ranked = rank_candidates(scores, cost, budget, output_layers(model, plan), weights, size_weight)
+    # A residual Add stays INT8: TensorRT fuses it into the Conv before it, and a float one keeps that Conv's
+    # output float (a reformat each side) where the INT8 one writes INT8; a float pool costs nothing (TensorRT
+    # moves the next layer's quantization through it), so pools stay candidates.
+    candidates = {n: v for n, v in scores.items() if n not in {t.node for t in plan.targets if t.op_type == "Add"}}
+    ranked = rank_candidates(candidates, cost, budget, output_layers(model, plan), weights, size_weight)
     result = SensitivityResult([], scores, macs=cost, budget_macs=budget)
     reasons = dict(ranked)
     # the longest prefix of the ranking within the budget; a candidate too dear is passed over, not a stop

@@ -74,6 +74,30 @@ def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_p
     assert none.float_layers == [] and none.steps == [] and not none.target_met
 
 
+def test_a_residual_add_is_never_returned_to_float(tmp_path: Path) -> None:
+    """TensorRT fuses a residual Add into the Conv before it; kept float, that Conv's output is float too. The
+    Add's own error is measured, but it is not a candidate, even with a budget for everything."""
+    path = tiny_detector(tmp_path / "d.onnx", size=32, residual=True)
+    model = prepare_model(onnx.load(str(path)))
+    plan = plan_quantization(model)
+    assert "residual_add" in {t.node for t in plan.targets}
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(3)]
+    config = PipelineConfig()
+    reference = detections_on(path, frames, config)
+    amax = {t: 0.05 for t in plan.activation_tensors}
+    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
+
+    def evaluate(candidate: Path) -> dict[str, object]:
+        return compare_detectors(path, candidate, ((str(i), f) for i, f in enumerate(frames)), config,
+                                 reference_results=reference)
+
+    result = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds,
+                               macs=count_macs(model).layers, max_float=1.0)
+    assert "residual_add" in result.scores and result.float_layers
+    assert "residual_add" not in result.float_layers
+
+
 def test_full_int8_is_measured_only_after_the_budget_meets_the_target_and_kept_when_it_meets_it_too(
         tmp_path: Path) -> None:
     path = tiny_detector(tmp_path / "d.onnx", size=32)
