@@ -41,6 +41,7 @@ MODELS = {"nanodet": "nanodet-m-416-coco-v8layout.onnx", "yolov8s": "yolov8s-fal
 #: variant -> (source file name pattern, precision); "{fp32}" is the shared FP32 model
 VARIANTS = {"fp32": ("{fp32}", "fp32"), "fp16": ("{fp32}", "fp16"), "int8-edgert": ("{name}-edgert.onnx", "int8"),
             "int8-edgert-full": ("{name}-edgert-full.onnx", "int8"), "int8-modelopt": ("{name}-modelopt.onnx", "int8"),
+            "int8-edgert-prev": ("{name}-edgert-prev.onnx", "int8"),  # an earlier placement, when one is given
             "int8-implicit": ("{fp32}", "int8")}
 
 

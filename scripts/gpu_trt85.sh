@@ -37,13 +37,13 @@ pack() {
                      [yolov8s]=yolov8s-fall-640.onnx)
     cp $d/${fp32[$ONLY]} $d/coco.names $stage/assets/models/detection/
     cp .gpu/int8/$ONLY-edgert.onnx .gpu/int8/$ONLY-edgert-full.onnx .gpu/int8/$ONLY-modelopt.onnx \
-       .gpu/int8/*_images.txt $stage/int8/
+       .gpu/int8/*_images.txt $stage/int8/ && cp .gpu/int8/$ONLY-edgert-prev.onnx $stage/int8/ 2>/dev/null || true
   else
     cp $d/nanodet-m-416-coco-v8layout.onnx $d/yolov3-tiny-coco-416.onnx $d/yolov8s-fall-640.onnx $d/coco.names \
        $stage/assets/models/detection/
     cp "$src"/video/vtest.avi $stage/assets/video/
-    cp .gpu/int8/*-edgert.onnx .gpu/int8/*-edgert-full.onnx .gpu/int8/*-modelopt.onnx .gpu/int8/*.calib \
-       .gpu/int8/*_images.txt $stage/int8/ 2>/dev/null || true
+    cp .gpu/int8/*-edgert.onnx .gpu/int8/*-edgert-full.onnx .gpu/int8/*-edgert-prev.onnx .gpu/int8/*-modelopt.onnx \
+       .gpu/int8/*.calib .gpu/int8/*_images.txt $stage/int8/ 2>/dev/null || true
   fi
   # OpenCV for Python 3.9 only when asked (CV=1), else in a run of its own if needed (carry .gpu/cvw): the
   # device image's own (abi3) OpenCV is tried first
@@ -185,7 +185,7 @@ int8() {  # PHASE=build|measure|pipeline|all, JOBS=N engines built at once (each
 
 through() {  # builds, measure, pipeline, each resumable, within one device run's limit (END: epoch seconds)
   local end=${END:-$(($(date +%s) + 570))} phase left
-  export VARIANTS=${VARIANTS:-fp16,int8-edgert,int8-modelopt,int8-edgert-full,fp32} JOBS=${JOBS:-12}
+  export VARIANTS=${VARIANTS:-fp16,int8-edgert,int8-modelopt,int8-edgert-full,fp32,int8-edgert-prev} JOBS=${JOBS:-14}
   for phase in build measure pipeline; do
     left=$((end - $(date +%s))); [ $left -lt 30 ] && { echo "no time left for $phase"; return 3; }
     if [ $phase = build ]; then LIMIT=$left builds "$@"; else PHASE=$phase LIMIT=$left int8 "$@"; fi
