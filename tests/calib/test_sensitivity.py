@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -37,23 +38,28 @@ def test_localization_error() -> None:
     assert localization_error([Detections.empty()], ref) is None
 
 
-def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_path: Path) -> None:
-    path = tiny_detector(tmp_path / "d.onnx", size=32)
+def _badly_ranged(tmp_path: Path, residual: bool = False) -> tuple[Any, ...]:
+    """A tiny detector, its plan, deliberately bad ranges (every activation clipped hard, so INT8 loses
+    accuracy), layer feeds, MACs, and ``evaluate`` against its FP32 detections on three frames."""
+    path = tiny_detector(tmp_path / "d.onnx", size=32, residual=residual)
     model = prepare_model(onnx.load(str(path)))
     plan = plan_quantization(model)
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(3)]
     config = PipelineConfig()
     reference = detections_on(path, frames, config)
-    # deliberately bad ranges: every activation clipped hard, so INT8 loses accuracy
     amax = {t: 0.05 for t in plan.activation_tensors}
     feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
-    macs = count_macs(model).layers
-    def evaluate(path: Path) -> dict[str, object]:
-        return compare_detectors(path_fp32, path, ((str(i), f) for i, f in enumerate(frames)), config,
+
+    def evaluate(candidate: Path) -> dict[str, object]:
+        return compare_detectors(path, candidate, ((str(i), f) for i, f in enumerate(frames)), config,
                                  reference_results=reference)
 
-    path_fp32 = path
+    return model, plan, amax, feeds, count_macs(model).layers, evaluate, reference
+
+
+def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_path: Path) -> None:
+    model, plan, amax, feeds, macs, evaluate, reference = _badly_ranged(tmp_path)
     result = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds, macs=macs, max_float=1.0)
     nodes = [t.node for t in plan.targets]
     assert set(result.scores) == set(nodes)
@@ -77,23 +83,9 @@ def test_float_layers_are_chosen_from_the_quantized_ones_within_the_budget(tmp_p
 def test_a_residual_add_is_never_returned_to_float(tmp_path: Path) -> None:
     """TensorRT fuses a residual Add into the Conv before it; kept float, that Conv's output is float too. The
     Add's own error is measured, but it is not a candidate, even with a budget for everything."""
-    path = tiny_detector(tmp_path / "d.onnx", size=32, residual=True)
-    model = prepare_model(onnx.load(str(path)))
-    plan = plan_quantization(model)
+    model, plan, amax, feeds, macs, evaluate, _ = _badly_ranged(tmp_path, residual=True)
     assert "residual_add" in {t.node for t in plan.targets}
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(3)]
-    config = PipelineConfig()
-    reference = detections_on(path, frames, config)
-    amax = {t: 0.05 for t in plan.activation_tensors}
-    feeds = [{"images": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(2)]
-
-    def evaluate(candidate: Path) -> dict[str, object]:
-        return compare_detectors(path, candidate, ((str(i), f) for i, f in enumerate(frames)), config,
-                                 reference_results=reference)
-
-    result = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds,
-                               macs=count_macs(model).layers, max_float=1.0)
+    result = find_float_layers(model, plan, amax, evaluate, max_drop=0.0, feeds=feeds, macs=macs, max_float=1.0)
     assert "residual_add" in result.scores and result.float_layers
     assert "residual_add" not in result.float_layers
 

@@ -5,9 +5,11 @@ class-count check's bounds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,6 +56,22 @@ def test_int8_from_the_held_frames(assets: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def _engine_gate(assets: Path, tmp_path: Path, **job: object) -> list[dict[str, object]]:
+    """The child's lines for NanoDet as the candidate of a TensorRT-RTX run (it builds on a machine without a
+    GPU), with ``job``'s settings added; edgert's cache in ``tmp_path/cache``."""
+    model = tmp_path / "cam.onnx"
+    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
+    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
+    job = {"candidate": str(model), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"), "counts": [{}],
+           "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True, "backend": "tensorrt-rtx",
+           "engine_precision": "fp16", **job}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "EDGERT_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    return [json.loads(x) for x in r.stdout.splitlines()]
+
+
 def test_an_engine_is_built_in_the_child_beside_the_candidate(assets: Path, tmp_path: Path) -> None:
     """A TensorRT run never builds while serving: the child builds ``MODEL.engine`` (here with TensorRT-RTX, which
     builds on a machine without a GPU), and checks the engine, not the ONNX, against the FP32 model; with no GPU
@@ -61,39 +79,20 @@ def test_an_engine_is_built_in_the_child_beside_the_candidate(assets: Path, tmp_
     pytest.importorskip("tensorrt_rtx")
     from edgert.platform import gpu_present
 
-    model = tmp_path / "cam.onnx"
-    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
-    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
-    job = {"candidate": str(model), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"), "counts": [{}],
-           "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True, "backend": "tensorrt-rtx",
-           "engine_precision": "fp16"}
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT)
-    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    lines = _engine_gate(assets, tmp_path)
     assert lines[0] == {"progress": 20, "step": "building engine"}
     assert (tmp_path / "cam.engine").exists() and (tmp_path / "cam.engine.json").exists()
     if not gpu_present()[0]:
-        assert not lines[-1]["result"]["ok"] and "no GPU" in lines[-1]["result"]["why"]
+        result: Any = lines[-1]["result"]
+        assert not result["ok"] and "no GPU" in result["why"]
 
 
 def test_a_run_of_several_sources_gets_the_batch_engine_it_opens(assets: Path, tmp_path: Path) -> None:
     """A run of 4 frames a call opens the engine beside the candidate's dynamic-batch copy, built for 1..4 frames
     with a profile per GPU slot (``edgert build --batch 4``): the child builds that one, not a batch-1 engine."""
     pytest.importorskip("tensorrt_rtx")
-    import os
-
-    model = tmp_path / "cam.onnx"
-    model.symlink_to(assets / "models/detection/nanodet-m-416-coco-v8layout.onnx")
-    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
-    job = {"candidate": str(model), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"), "counts": [{}],
-           "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True, "backend": "tensorrt-rtx",
-           "engine_precision": "fp16", "batch": 4}
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    env = {**os.environ, "EDGERT_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
-    assert json.loads(r.stdout.splitlines()[1]) == {"progress": 40, "step": "opening"}  # built
+    lines = _engine_gate(assets, tmp_path, batch=4)
+    assert lines[1] == {"progress": 40, "step": "opening"}  # built
     (engine,) = (tmp_path / "cache" / "batch").glob("*.batch.engine")
     assert not (tmp_path / "cam.engine").exists()
     side = json.loads(engine.with_name(engine.name + ".json").read_text())
