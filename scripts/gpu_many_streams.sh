@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 28's device rows (docs/pipeline.md "Issue 28, session 10"): many streams at a camera's rate and at the
-# engine's, on the GPU machine.
+# Many streams at a camera's rate and at the engine's, on the GPU machine (docs/pipeline.md's figures for
+# several sources).
 #
 #   bash scripts/gpu_many_streams.sh pack      development machine, repo root: tar the two detectors, vtest.avi and
 #                                              two images from ../shared/assets into .gpu/ms1 (16 MiB, beside the
@@ -43,7 +43,7 @@ for step in "$@"; do
       bench --streams 16 --frames 300 --run-args="--realtime --stagger" --out "$out/camera-stagger.json" 2>&1 \
         | tee "$out/camera-stagger.log" | grep -v '^INFO' ;;
     fixed)
-      # Every engine call at the full batch (--fixed-batch), the default before session 11: 16 cameras in step and
+      # Every engine call at the full batch (--fixed-batch), the earlier default: 16 cameras in step and
       # out of step, against the camera step's rows (part batches at their own size)
       bench --streams 16 --frames 300 --run-args="--realtime --fixed-batch" --out "$out/camera-fixed.json" 2>&1 \
         | tee "$out/camera-fixed.log" | grep -v '^INFO'

@@ -12,6 +12,7 @@ pipeline's frames over it are gone. A file's worker is not restarted: its frames
 
 from __future__ import annotations
 
+import abc
 import logging
 from typing import Any
 
@@ -29,7 +30,7 @@ BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 _OPEN_TIMEOUT_S = 60.0  # spawning + importing OpenCV + opening the source
 
 
-class WorkerRestarts:
+class WorkerRestarts(abc.ABC):
     """The restart half of :class:`~edgert.io.capture.process.ProcessCaptureSource` (see the module)."""
 
     worker_restarts = 0  # workers started again after one died (counted in reconnects too)
@@ -46,9 +47,9 @@ class WorkerRestarts:
     _stopping: Any
     _config: Any
 
+    @abc.abstractmethod
     def _read(self, out: np.ndarray | None = None) -> np.ndarray | None:
         """One frame from the current worker (ProcessCaptureSource's own read, which this class wraps)."""
-        raise NotImplementedError
 
     def read(self, out: np.ndarray | None = None) -> np.ndarray | None:
         while True:
