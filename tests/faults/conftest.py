@@ -82,6 +82,14 @@ def summary_of(stdout: str) -> dict[str, Any]:
     return dict(json.loads(stdout))
 
 
+def sources_at_stop(run: Cli, timeout: float = 60) -> dict[str, dict[str, Any]]:
+    """SIGTERM to ``run``, its clean exit, and its ``--json`` summary's sources by name."""
+    run.signal()
+    code, out = run.finish(timeout)
+    assert code == 0, run.stderr
+    return {s["name"]: s for s in summary_of(out)["sources"]}
+
+
 class Cli:
     """The CLI running in the background, its stderr collected line by line as it comes."""
 
