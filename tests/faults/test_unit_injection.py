@@ -10,7 +10,6 @@ edgert's reader and with ``systemd-analyze verify`` where it is installed.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from edgert.service.unit_check import parse_unit, split_exec
 from tests.helpers import assert_one_line_error, run_cli
+from tests.service.test_unit import verify
 
 INJECT = "\n[Service]\nExecStartPre=/bin/touch /tmp/edgert-pwned\n"
 
@@ -33,15 +33,6 @@ def _config(folder: Path, model: str, uri: str = "rtsp://${CAM_HOST}/stream", na
 
 def _install(cfg: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return run_cli("service", "install", "--config", str(cfg), "--name", "cam", "--dry-run", *flags)
-
-
-def _verify(unit: Path) -> None:
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        pytest.skip("systemd-analyze is not installed (Debian/Ubuntu: apt-get install systemd)")
-    proc = subprocess.run([tool, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60)
-    ours = [line for line in proc.stderr.splitlines() if unit.name in line or str(unit) in line]
-    assert proc.returncode == 0 and not ours, proc.stderr
 
 
 @pytest.mark.parametrize(("where", "field"), [
@@ -100,4 +91,4 @@ def test_odd_but_legal_values_are_quoted_and_read_back_as_meant(tmp_path: Path, 
     assert sections == sorted(sections, key=["Unit", "Service", "Install"].index)  # nothing moved section
     unit = tmp_path / "edgert-cam.service"
     unit.write_text(made.stdout, encoding="utf-8")
-    _verify(unit)
+    verify(unit)
