@@ -150,19 +150,6 @@ def _median_growth_kb_per_1000(samples: list[tuple[int, int]], share: float = 0.
     return 1000.0 * (statistics.median(r for _, r in last) - statistics.median(r for _, r in first)) / span
 
 
-def _unit_malloc_env() -> dict[str, str]:
-    """The ``MALLOC_*`` variables of the systemd unit template's ``Environment=`` lines."""
-    template = ROOT / "edgert" / "service" / "templates" / "edgert.service.in"
-    out: dict[str, str] = {}
-    for line in template.read_text(encoding="utf-8").splitlines():
-        if line.startswith("Environment="):
-            for item in line[len("Environment="):].split():
-                name, _, value = item.partition("=")
-                if name.startswith("MALLOC_"):
-                    out[name] = value
-    return out
-
-
 def _tiny_model(path: Path) -> Path:
     sys.path.insert(0, str(ROOT))
     from tests.pipeline.media import tiny_detector
@@ -321,7 +308,10 @@ def main() -> int:
     metrics = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if args.unit_env:
-        env.update(_unit_malloc_env())
+        sys.path.insert(0, str(ROOT))
+        from edgert.allocator import environment
+
+        env.update(environment())
     recorder = _heaptrack(env, Path(args.heaptrack).resolve()) if args.heaptrack else None
     snaps = work / "tracemalloc"
     launcher = ([str(Path(__file__).resolve()), TRACEMALLOC_CHILD, str(snaps), "edgert.cli.main"] if args.tracemalloc

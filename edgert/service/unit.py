@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgert._package_data import read_text
+from edgert.allocator import environment as allocator_environment
 from edgert.config import PipelineConfig
 from edgert.errors import ServiceError
 from edgert.io.uri import ARGUS, NETWORK
@@ -452,6 +453,7 @@ def render_unit(config: PipelineConfig, opts: UnitOptions) -> str:
         "GROUPS": " ".join(opts.groups),
         "ENV_FILE": _path_value(env_file, "--env-file"),
         "EXEC_START": _exec_line(exec_start),
+        "MALLOC_ENV": " ".join(f"{k}={v}" for k, v in allocator_environment().items()),
         **_hardening(config, opts),
     }
     progress = ("the pipeline's progress" if config.task == "detect" else

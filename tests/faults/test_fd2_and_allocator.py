@@ -57,9 +57,12 @@ def test_the_unit_sets_the_same_allocator_from_the_first_allocation() -> None:
     """The unit's environment carries edgert.allocator's settings (glibc reads them before the first allocation),
     and a process started with them runs with them: glibc's malloc_info reports two arenas at most."""
     from edgert.allocator import environment
-    from edgert.service.unit import template_text
+    from edgert.config import load_config
+    from edgert.service.unit import UnitOptions, render_unit
 
-    line = next(x for x in template_text().splitlines() if x.startswith("Environment=MALLOC_"))
+    unit = render_unit(load_config(ROOT / "jetson" / "camera.yaml"),
+                       UnitOptions(name="camera", config_path="/etc/edgert/camera.yaml", edgert="/usr/bin/edgert"))
+    line = next(x for x in unit.splitlines() if x.startswith("Environment=MALLOC_"))
     assert line == "Environment=" + " ".join(f"{k}={v}" for k, v in environment().items())
     code = ("import ctypes, threading, numpy\n"
             "def work():\n    [numpy.ones(200000) for _ in range(50)]\n"
