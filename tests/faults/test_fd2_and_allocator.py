@@ -70,7 +70,8 @@ def test_the_unit_sets_the_same_allocator_from_the_first_allocation() -> None:
             "libc = ctypes.CDLL(None)\nlibc.fdopen.restype = ctypes.c_void_p\n"
             "fp = ctypes.c_void_p(libc.fdopen(1, b'w'))\nlibc.malloc_info(0, fp)\nlibc.fflush(fp)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    from_unit = dict(item.split("=", 1) for item in line[len("Environment="):].split())  # what systemd passes
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**env, **environment()})
+                         env={**env, **from_unit})
     assert got.returncode == 0, got.stderr
     assert 1 <= got.stdout.count("<heap nr=") <= 2, got.stdout[:500]
