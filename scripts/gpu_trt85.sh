@@ -2,7 +2,7 @@
 # edgert on real TensorRT 8.5 (JetPack 5.1's) on the device machine; the kit is ../shared/gpu/trt85 (README.md).
 #   here:  bash scripts/gpu_trt85.sh models   makes the quantized models into .gpu/int8 (minutes per detector);
 #          bash scripts/gpu_trt85.sh pack     splits the kit's first part in two (each run carries <= 64 MiB beside
-#          the ~10 MiB tree), and packs the assets, the quantized models of .gpu/int8 (edgert calibrate and
+#          the ~10 MiB tree), makes its TensorRT parts again without the pruned builder resource, and packs the assets, the quantized models of .gpu/int8 (edgert calibrate and
 #          ModelOpt outputs) and the wheel's builder resource into .gpu/ta/1..N, then prints the chain of runs.
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came), smoke, builds [MODELS] (JOBS=N: the INT8 table's
@@ -27,12 +27,32 @@ pack() {
     mv $kit/p1/py39.tar.zst $kit/p1/stubs.tar $kit/p1/zstandard-*.whl $kit/p1a/ && mv $kit/p1/wheels39a.tar $kit/p1b/
     cp $kit/p1/setup.sh $kit/p1a/ && cp $kit/p1/setup.sh $kit/p1b/ && rm -r $kit/p1
   fi
+  # The kit's TensorRT part holds the builder resource pruned to sm_90, which TensorRT 8.5 refuses (it checks the
+  # library's sha256; the wheel's own copy travels in the br stream below): its parts are made again without it,
+  # one run fewer
+  if [ ! -f $kit/p2/trt.nobr ]; then
+    if [ ! -f $kit/work/trt-nobr.tar.zst ]; then
+      (cd $kit/work/site && tar cf - --exclude=tensorrt/libnvinfer_builder_resource.so.8.5.3 tensorrt \
+        tensorrt-8.5.3.1.dist-info nvidia) | zstd -q -19 --long=31 -T0 -o $kit/work/trt-nobr.tar.zst.new
+      mv $kit/work/trt-nobr.tar.zst.new $kit/work/trt-nobr.tar.zst
+    fi
+    rm -f $kit/p[2-9]/trt.zst.* $kit/p[2-9]/trt.nparts
+    split -b 36m -d -a 1 $kit/work/trt-nobr.tar.zst $kit/work/trt.zst.
+    local n i=2 f
+    n=$(ls $kit/work/trt.zst.* | wc -l)
+    for f in $kit/work/trt.zst.*; do
+      mkdir -p $kit/p$i && cp $kit/p1a/setup.sh $kit/p$i/ && mv "$f" $kit/p$i/ && echo "$n" > $kit/p$i/trt.nparts
+      i=$((i + 1))
+    done
+    for ((; i <= 9; i++)); do rm -rf $kit/p$i; done
+    touch $kit/p2/trt.nobr
+  fi
   mkdir -p $kit/px && cp $kit/p1a/setup.sh $kit/px/  # setup alone, for the runs after the kit's
   local src="${EDGERT_ASSETS_SRC:-../shared/assets}" stage=.gpu/ta-stage d
   d=$src/models/detection
   rm -rf $stage .gpu/ta && mkdir -p $stage/assets/models/detection $stage/assets/video $stage/int8 .gpu/ta
   cp "$src"/README.md $stage/assets/ && cp -r "$src"/images $stage/assets/
-  if [ "${ONLY:-}" = none ]; then  # TensorRT alone (tests on tiny models): the kit's six runs
+  if [ "${ONLY:-}" = none ]; then  # TensorRT alone (tests on tiny models): the kit's five runs
     :
   elif [ -n "${ONLY:-}" ]; then  # one detector's files (ONLY=yolov3tiny): two runs fewer, no video
     declare -A fp32=([nanodet]=nanodet-m-416-coco-v8layout.onnx [yolov3tiny]=yolov3-tiny-coco-416.onnx
@@ -69,7 +89,7 @@ PY
 import hashlib
 from pathlib import Path
 room = 53 << 20
-kit = [sum(f.stat().st_size for f in Path(f".gpu/trt85/{p}").iterdir()) for p in ("p1a", "p1b", "p2", "p3", "p4", "p5")]
+kit = [sum(f.stat().st_size for f in d.iterdir()) for d in sorted(Path(".gpu/trt85").glob("p[0-9]*")) if d.is_dir()]
 used = kit + [0] * 20  # bytes each run already carries
 streams = {"ta": Path(".gpu/ta.tar.zst").read_bytes(), "br": Path(".gpu/br.zst").read_bytes()}
 run, counts = 0, {}
@@ -87,9 +107,10 @@ for name, data in streams.items():
 Path(".gpu/ta/1/brlib.sha256").write_text(Path(".gpu/br.sha256").read_text())
 print({n: f"{len(d) / 2**20:.1f} MiB" for n, d in streams.items()}, f"in {run + 1} runs")
 PY
-  local parts=(p1a p1b p2 p3 p4 p5) n i
+  local parts n i
+  parts=($(cd .gpu/trt85 && ls -d p[0-9]* | sort))
   n=$(ls .gpu/ta | wc -l)
-  for ((i = 1; i <= n || i <= 6; i++)); do
+  for ((i = 1; i <= n || i <= ${#parts[@]}; i++)); do
     local kp=${parts[$((i - 1))]:-px}
     echo "run $i: carry [\".gpu/trt85/$kp\", \".gpu/ta/$i\"], command: source .gpu/trt85/$kp/setup.sh; bash scripts/gpu_trt85.sh unpack"
   done
@@ -127,7 +148,7 @@ unpack() {
     mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8 && touch $ASSETS/.done
   fi
   local lib=/tmp/trt85/site/tensorrt/libnvinfer_builder_resource.so.8.5.3
-  if [ ! -f /tmp/edgert-br.done ] && [ -f $lib ] && stream br; then
+  if [ ! -f /tmp/edgert-br.done ] && [ -f /tmp/trt85/site/tensorrt/libnvinfer.so.8 ] && stream br; then
     cat $TA/br.* | dec > $lib.new && [ "$(sha256sum < $lib.new | cut -d' ' -f1)" = "$(cat $TA/brlib.sha256)" ] &&
       mv $lib.new $lib && touch /tmp/edgert-br.done
   fi
