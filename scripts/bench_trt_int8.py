@@ -110,12 +110,15 @@ def build_all(jobs: list[Job], workers: int, done: Any) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    from edgert.rewrite.batch import batched_model_path
+    from edgert.rewrite.batch import BatchRewriteError, batched_model_path
 
     for name, variant, int8_dir, *_ in jobs:  # the dynamic-batch rewrites once, before the workers race for them
         src, _cache = _source(name, variant, int8_dir)
         if src is not None:
-            batched_model_path(src)
+            try:
+                batched_model_path(src)
+            except BatchRewriteError:  # cached with its reason: that variant's build row says it, the others go on
+                pass
     if workers <= 1:
         for job in jobs:
             done(*_build_row(job))

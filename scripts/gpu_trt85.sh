@@ -217,10 +217,11 @@ through() {  # builds, measure, pipeline, each resumable, within one device run'
 
 builds() {  # every engine of the INT8 table (JOBS at once), the CLI smoke and the tests' engines beside them
   ready
-  local pid= pre=
-  [ "${SMOKE:-1}" = 1 ] && { ( smoke > $OUT/smoke-run.log 2>&1 ) & pid=$!; }
+  local pid= pre= limit=${LIMIT:-530}
+  # beside the builds, within the same limit: a run past it loses everything the device brings back
+  [ "${SMOKE:-1}" = 1 ] && { timeout -k 5 $limit bash "$0" smoke > $OUT/smoke-run.log 2>&1 & pid=$!; }
   # the engines tests/gpu opens beside the assets, and the batch-6 timings its batched copies then find cached
-  [ "${PREBUILD:-1}" = 1 ] && EDGERT_GPU_BACKEND=tensorrt $PY - > $OUT/tests-prebuild.log 2>&1 <<'PY' &
+  [ "${PREBUILD:-1}" = 1 ] && EDGERT_GPU_BACKEND=tensorrt timeout -k 5 $limit $PY - > $OUT/tests-prebuild.log 2>&1 <<'PY' &
 import os, tempfile, time
 from pathlib import Path
 from edgert.rewrite.batch import batched_model_path
@@ -231,7 +232,7 @@ for model, batch in ((a / NANODET, 1), (a / YOLOV8, 1), (a / NANODET, 4), (batch
     t0 = time.perf_counter(); prepared(model, batch); print(model.name, batch, f"{time.perf_counter() - t0:.0f} s", flush=True)
 PY
   [ "${PREBUILD:-1}" = 1 ] && pre=$!
-  PHASE=build LIMIT=${LIMIT:-530} int8 "$@"
+  PHASE=build LIMIT=$limit int8 "$@"
   wait $pid $pre; tail -c 2000 $OUT/smoke.log 2>/dev/null; cat $OUT/tests-prebuild.log 2>/dev/null
 }
 

@@ -8,6 +8,7 @@ missing.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -195,6 +196,24 @@ def test_builds_side_by_side_keep_each_others_timings(tmp_path: Path) -> None:
     assert len(other) > len(empty)
     early.save(config)
     assert len(path.read_bytes()) >= len(other)  # the other build's timings are still there
+
+
+def test_builds_one_after_another_keep_the_timing_cache_without_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The second build loads the first one's timings and saves them with its own: nothing to merge, so no
+    "could not be merged" warning (each build after the first gave one on TensorRT 8.5)."""
+    from edgert.builder.engine_builder import BuildOptions, build_engine
+    from tests.helpers import tiny_model
+
+    cache_dir = tmp_path / "cache"
+    options = BuildOptions(backend="tensorrt", cache_dir=cache_dir)
+    build_engine(tiny_model(tmp_path / "a.onnx", (1, 3, 64, 64), "Relu"), None, options)
+    (path,) = (cache_dir / "timing").glob("*.cache")
+    first = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="edgert.builder.timing_cache"):
+        build_engine(tiny_model(tmp_path / "b.onnx", (1, 8, 32, 32), "Sigmoid"), None, options)
+    assert not [r for r in caplog.records if r.name == "edgert.builder.timing_cache"], caplog.text
+    assert len(path.read_bytes()) > len(first)  # the second build's timings joined the first's
 
 
 def test_int8_engine_runs_its_float_layers_in_fp16(assets: Path, nanodet: Path, tmp_path: Path) -> None:
