@@ -14,9 +14,9 @@ from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, di
 __all__ = ["check_batch_rewrite"]
 
 
-# ONNX Runtime fuses Q/DQ pairs into int8 kernels whose rounding is not the same at every batch size on every CPU
-# (on an Intel Xeon a YOLOv8s row differed by 0.75 % between batch 1 and 2; on AMD EPYC by nothing): a quantized
-# model is checked on the reference operators, where each row is computed alone.
+# A quantized model is checked with ONNX Runtime's graph optimizations off, so Q/DQ run as their own operators and
+# not as fused int8 kernels: with those, a YOLOv8s Q/DQ row differed by 0.75 % between batch 1 and 2 on the device
+# machine's Intel Xeon (by nothing on an AMD EPYC), and the check refused a correct rewrite.
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
