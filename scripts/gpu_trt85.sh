@@ -2,8 +2,9 @@
 # edgert on real TensorRT 8.5 (JetPack 5.1's) on the device machine; the kit is ../shared/gpu/trt85 (README.md).
 #   here:  bash scripts/gpu_trt85.sh models   makes the quantized models into .gpu/int8 (minutes per detector);
 #          bash scripts/gpu_trt85.sh pack     splits the kit's first part in two (each run carries <= 64 MiB beside
-#          the ~10 MiB tree), makes its TensorRT parts again without the pruned builder resource, and packs the assets, the quantized models of .gpu/int8 (edgert calibrate and
-#          ModelOpt outputs) and the wheel's builder resource into .gpu/ta/1..N, then prints the chain of runs.
+#          the ~10 MiB tree), makes its TensorRT parts again without the pruned builder resource, and packs the
+#          assets, the quantized models of .gpu/int8 (edgert calibrate and ModelOpt outputs) and the wheel's
+#          builder resource into .gpu/ta/1..N, then prints the chain of runs (8 with every detector).
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came), smoke, builds [MODELS] (JOBS=N: the INT8 table's
 #          engines N at once, the smoke beside them), int8 [MODELS] (PHASE=measure), pipeline [MODELS], through
