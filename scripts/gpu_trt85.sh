@@ -194,7 +194,8 @@ update() {  # a model update on a running TensorRT pipeline (GPU processor): a r
 
 tests() {
   ready
-  EDGERT_GPU_BACKEND=tensorrt timeout "${LIMIT:-560}" $PY -m pytest -q -rs --durations=12 ${TESTS:-tests/gpu} 2>&1 |
+  EDGERT_GPU_BACKEND=tensorrt timeout "${LIMIT:-560}" $PY -m pytest -q -rs --durations=12 \
+    ${TESTS:-tests/gpu tests/calib/test_assets_calibration.py::test_the_batch_rewrite_of_the_qdq_model_checks_exact} 2>&1 |
     tee $OUT/tests-gpu-trt85.log | tail -60
 }
 
