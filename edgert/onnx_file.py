@@ -14,7 +14,10 @@ from edgert.errors import ModelError, first_line
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["foreign_model_error", "read_onnx"]
+__all__ = ["QDQ_OPS", "foreign_model_error", "has_qdq", "read_onnx"]
+
+#: The operators of an explicitly quantized (Q/DQ) model.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 #: Files people have where edgert needs an ONNX, and what they are (ONNX Runtime would say INVALID_PROTOBUF).
 FOREIGN_MODELS = {
@@ -57,3 +60,8 @@ def read_onnx(path: str | Path, weights: bool = True) -> onnx.ModelProto:
         return onnx.load(str(p), load_external_data=weights)
     except Exception as exc:  # protobuf raises DecodeError and friends for damaged files
         raise ModelError(f"{p}: not a readable ONNX model ({type(exc).__name__}: {first_line(exc)})") from exc
+
+
+def has_qdq(graph: onnx.GraphProto) -> bool:
+    """Whether ``graph`` (its top level) holds Q/DQ nodes: a model quantized already."""
+    return any(n.op_type in QDQ_OPS for n in graph.node)

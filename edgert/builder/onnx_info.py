@@ -24,9 +24,6 @@ __all__ = [
     "parse_shapes",
 ]
 
-_QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
-
-
 @dataclass(frozen=True)
 class TensorInfo:
     """One graph input or output: dims are ints, or a name / -1 for dynamic axes."""
@@ -91,7 +88,7 @@ def _tensor(value: Any) -> TensorInfo:
 
 def inspect_onnx(path: str | Path) -> OnnxInfo:
     """Read ``path``'s interface without its weights. Damaged files become :class:`ModelError`."""
-    from edgert.onnx_file import read_onnx
+    from edgert.onnx_file import has_qdq, read_onnx
 
     p = Path(path)
     model = read_onnx(p, weights=False)
@@ -108,7 +105,7 @@ def inspect_onnx(path: str | Path) -> OnnxInfo:
         outputs=tuple(_tensor(v) for v in graph.output),
         node_names=tuple(n.name for n in graph.node),
         node_ops=tuple(n.op_type for n in graph.node),
-        has_qdq=any(n.op_type in _QDQ_OPS for n in graph.node),
+        has_qdq=has_qdq(graph),
         metadata={m.key: m.value for m in model.metadata_props},
     )
 

@@ -32,6 +32,7 @@ from edgert.calib.summary import format_table, peak_rss_mb, tensor_rows, write_r
 from edgert.calib.trt_cache import cache_trt_version
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
+from edgert.onnx_file import has_qdq
 
 __all__ = ["CHECK_FRAMES", "DEFAULT_MAX_DROP", "CalibrationOptions", "calibrate", "output_paths", "ranges_method",
            "verdict"]
@@ -115,7 +116,7 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     opts = options or CalibrationOptions()
     paths = output_paths(out)
     fp32, model_bytes = _load(model)
-    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node):
+    if has_qdq(fp32.graph):
         raise CalibrationError(f"{Path(model).name}: already quantized (it has Q/DQ nodes); calibrate the FP32 model")
     dataset = CalibrationImages(images, num=opts.num, seed=opts.seed)
     cache_version, cache_why = cache_trt_version(opts.trt_version)

@@ -37,7 +37,7 @@ from edgert._lazy import lazy_import
 from edgert.atomic_file import atomic_path
 from edgert.backends.onnxruntime import cpu_session
 from edgert.errors import ModelError
-from edgert.onnx_file import read_onnx
+from edgert.onnx_file import has_qdq, read_onnx
 from edgert.rewrite.graph import WEIGHTED, activation_graph, name_nodes
 
 __all__ = [
@@ -59,7 +59,6 @@ FP32_OPS: tuple[str, ...] = (
     "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
     "ReduceMean", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp",
 )
-_QDQ = ("QuantizeLinear", "DequantizeLinear")
 FP16_MAX = 65504.0
 #: Ops of the converter's default block list that ONNX Runtime (CPU and CUDA), TensorRT and TensorRT-RTX
 #: all run in FP16: blocking them only puts a pair of casts around each (NanoDet has four Resizes).
@@ -121,7 +120,7 @@ def fp16_state(model: onnx.ModelProto) -> str:
     the layers compute in float32.
     """
     g = model.graph
-    if any(n.op_type in _QDQ for n in g.node):
+    if has_qdq(g):
         return "qdq"
     types = _elem_types(model)
     weighted = [n for n in g.node if n.op_type in WEIGHTED and n.input]

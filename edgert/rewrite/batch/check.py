@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from edgert.backends.onnxruntime import cpu_session
+from edgert.onnx_file import has_qdq
 from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, dims, load_model, real_inputs
 
 __all__ = ["check_batch_rewrite"]
@@ -17,12 +18,9 @@ __all__ = ["check_batch_rewrite"]
 # A quantized model is checked with ONNX Runtime's graph optimizations off, so Q/DQ run as their own operators and
 # not as fused int8 kernels: with those, a YOLOv8s Q/DQ row differed by 0.75 % between batch 1 and 2 on the device
 # machine's Intel Xeon (by nothing on an AMD EPYC), and the check refused a correct rewrite.
-_QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-
-
 def _session(model: onnx.ModelProto, threads: int) -> Any:
-    quantized = any(n.op_type in _QDQ_OPS for n in model.graph.node)
-    return cpu_session(model, threads, spin_wait=True, optimize=not quantized, what="checking a batch rewrite")
+    return cpu_session(model, threads, spin_wait=True, optimize=not has_qdq(model.graph),
+                       what="checking a batch rewrite")
 
 
 def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequence[int] = (1, 2, 4),
