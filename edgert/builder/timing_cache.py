@@ -53,8 +53,7 @@ class TimingCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.loaded_bytes = 0
-        self._loaded = b""  # the file as attach() read it: save() merges only what other builds wrote since
+        self.loaded = b""  # the file as attach() read it: save() merges only what other builds wrote since
 
     def attach(self, config: Any) -> None:
         """Give ``config`` (a TensorRT ``IBuilderConfig``) the stored timings, or an empty cache."""
@@ -75,8 +74,8 @@ class TimingCache:
             log.warning("timing cache %s does not match this device; starting an empty one", self.path)
             config.set_timing_cache(config.create_timing_cache(b""), False)
             return
-        self.loaded_bytes, self._loaded = len(data), data
-        log.debug("timing cache %s: %d bytes loaded", self.path, self.loaded_bytes)
+        self.loaded = data
+        log.debug("timing cache %s: %d bytes loaded", self.path, len(data))
 
     def save(self, config: Any) -> None:
         """Write this build's timings merged with what the file holds now: a build that ran beside this one
@@ -88,7 +87,7 @@ class TimingCache:
             on_disk = self.path.read_bytes()
             # unchanged since attach(): this build's cache holds it already, and nothing is merged (on an H100,
             # TensorRT 8.5's combine() returned False for each build after the first, one build at a time)
-            other = config.create_timing_cache(on_disk) if on_disk and on_disk != self._loaded else None
+            other = config.create_timing_cache(on_disk) if on_disk and on_disk != self.loaded else None
             # ignore_mismatch=False: timings from another device or version are left out, not merged
             if other is not None and not cache.combine(other, False):
                 log.warning("timing cache %s could not be merged with this build's timings; replacing it", self.path)
