@@ -62,34 +62,11 @@ def _cache_root() -> Path:
 def dequantize_weights(src: Path, dst: Path) -> None:
     """``src`` with every DequantizeLinear of a constant (INT8 weights, per-channel scales) replaced by the
     float32 weights it computes: a plain FP32 model."""
-    import numpy as np
     import onnx
-    from onnx import numpy_helper
 
-    model = onnx.load(str(src))
-    inits = {t.name: t for t in model.graph.initializer}
-    keep, made, used = [], [], set()
-    for node in model.graph.node:
-        if node.op_type != "DequantizeLinear" or not all(name in inits for name in node.input):
-            keep.append(node)
-            continue
-        q = numpy_helper.to_array(inits[node.input[0]]).astype(np.float32)
-        scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
-        zero = (numpy_helper.to_array(inits[node.input[2]]).astype(np.float32) if len(node.input) > 2
-                else np.zeros_like(scale))
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
-        if scale.ndim == 1 and q.ndim > 1:
-            shape = [1] * q.ndim
-            shape[axis] = -1
-            scale, zero = scale.reshape(shape), zero.reshape(shape)
-        made.append(numpy_helper.from_array(((q - zero) * scale).astype(np.float32), node.output[0]))
-        used.update(node.input)
-    still = {name for node in keep for name in node.input}
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-    remaining = [t for t in model.graph.initializer if t.name not in used or t.name in still]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend([*remaining, *made])
+    from edgert.rewrite.dequantize import dequantized
+
+    model = dequantized(onnx.load(str(src)), activations=False)
     for prop in model.metadata_props:
         if prop.key == "edgert_demo":
             prop.value = "NanoDet-m COCO, FP32 weights rebuilt from the packaged INT8 ones (edgert.demo_files)"

@@ -81,12 +81,14 @@ def test_cli_exits_0_below_the_default_target_and_3_below_one_given(assets: Path
     assert r.stdout.startswith("TARGET NOT MET") and "--no-strict" in r.stderr
 
 
-def test_the_batch_rewrite_of_the_qdq_model_checks_exact(nanodet_int8: dict[str, Any]) -> None:
-    """A fully quantized model's batch rewrite is checked on Q/DQ's own operators, row by row: exact at every
-    batch. With ONNX Runtime's fused int8 kernels a correct rewrite of a Q/DQ YOLOv8s was refused on the device
-    machine's Intel Xeon (0.75 % between batch 1 and 2); `scripts/gpu_trt85.sh tests` runs this there."""
+def test_the_batch_rewrite_of_the_qdq_model_checks_on_its_float_twins(nanodet_int8: dict[str, Any]) -> None:
+    """A fully quantized model's batch rewrite is checked on its float twins, row by row, to float rounding at
+    every batch. Run as they are, INT8 rounding made a correct rewrite of a fully quantized YOLOv8s differ by
+    1.7 % between batch 1 and 2 on the device machine's Intel Xeon; `scripts/gpu_trt85.sh tests` runs this
+    there."""
     from edgert.rewrite.batch import check_batch_rewrite, rewrite_batch
 
     res = rewrite_batch(nanodet_int8["out"])
     checked = check_batch_rewrite(nanodet_int8["out"], res.model, batches=(1, 2, 4))
-    assert [c["max_rel_err"] for c in checked] == [0.0, 0.0, 0.0]
+    assert {c["compared"] for c in checked} == {"float twins (Q/DQ nodes unchanged)"}
+    assert all(c["max_rel_err"] < 1e-6 for c in checked)

@@ -35,7 +35,7 @@ def batch_cache_dir() -> Path:
 
 # Part of the cache key with the source's sha256: bump it when the rewrite or its check changes what it decides
 # (2: Q/DQ models are checked on the reference operators, so their refusals from version 1 are decided again).
-_RECORD_VERSION = 2
+_RECORD_VERSION = 3
 
 
 def batched_model_path(model_path: str | Path, cache_dir: str | Path | None = None,

@@ -9,18 +9,44 @@ import numpy as np
 import onnx
 
 from edgert.backends.onnxruntime import cpu_session
-from edgert.onnx_file import has_qdq
+from edgert.onnx_file import QDQ_OPS, has_qdq
 from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, dims, load_model, real_inputs
+from edgert.rewrite.dequantize import DequantizeError, dequantized
 
 __all__ = ["check_batch_rewrite"]
 
 
-# A quantized model is checked with ONNX Runtime's graph optimizations off, so Q/DQ run as their own operators and
-# not as fused int8 kernels: with those, a YOLOv8s Q/DQ row differed by 0.75 % between batch 1 and 2 on the device
-# machine's Intel Xeon (by nothing on an AMD EPYC), and the check refused a correct rewrite.
-def _session(model: onnx.ModelProto, threads: int) -> Any:
-    return cpu_session(model, threads, spin_wait=True, optimize=not has_qdq(model.graph),
-                       what="checking a batch rewrite")
+def _qdq_nodes(model: onnx.ModelProto) -> list[tuple[str, ...]]:
+    """Each Q/DQ node as its operator, wiring, attributes and the values of its scale and zero point."""
+    values = {t.name: t.SerializeToString() for t in model.graph.initializer}
+    return sorted((n.op_type, *n.input, "->", *n.output, *(a.SerializeToString().hex() for a in n.attribute),
+                   *(values.get(i, b"").hex() for i in n.input[1:])) for n in model.graph.node if n.op_type in QDQ_OPS)
+
+
+def _compared(orig: onnx.ModelProto, rew: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto, str]:
+    """The pair of models the check runs, and what they are. A quantized model whose rewrite left every Q/DQ node
+    as it was is checked on both float twins (:mod:`edgert.rewrite.dequantize` says why); one without twins is
+    run with ONNX Runtime's graph optimizations off, so Q/DQ are their own operators, not fused int8 kernels
+    (those made a YOLOv8s Q/DQ row differ by 0.75 % between batch 1 and 2 on an Intel Xeon)."""
+    if not has_qdq(orig.graph):
+        return orig, rew, "float"
+    if _qdq_nodes(orig) == _qdq_nodes(rew):
+        try:
+            return dequantized(orig), dequantized(rew), "float twins (Q/DQ nodes unchanged)"
+        except DequantizeError:
+            pass
+    return orig, rew, "Q/DQ as reference operators"
+
+
+#: The tolerance of a model that computes in FP16 (ModelOpt's default output): another batch size's kernels
+#: change the last bits of FP16 (relative step 1e-3) as they change those of FP32; a wrong rewrite moves rows.
+FP16_RTOL = 2e-3
+
+
+def _computes_in_fp16(model: onnx.ModelProto) -> bool:
+    g = model.graph
+    return any(t.data_type == onnx.TensorProto.FLOAT16 for t in g.initializer) or any(
+        v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in (*g.input, *g.output))
 
 
 def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequence[int] = (1, 2, 4),
@@ -30,7 +56,8 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
 
     Inputs are B different random images-like tensors. The error of a row is ``max|got - want|`` over the
     largest ``|want|`` of that output, so values near zero do not make the check flaky; it must stay within
-    ``rtol``. Returns one record per batch size; raises :class:`BatchRewriteError` naming the first
+    ``rtol`` (:data:`FP16_RTOL` at least for a model that computes in FP16). A quantized model is compared on its float twins where it has them (``compared`` in each
+    record says on what). Returns one record per batch size; raises :class:`BatchRewriteError` naming the first
     output, batch and row that differ.
     """
     orig, label = load_model(original, label)
@@ -41,7 +68,11 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
         if any(not isinstance(d, int) for d in dims(vi)):
             raise BatchRewriteError(f"{label}: input {vi.name} of the original has dynamic dimensions "
                                     f"{dims(vi)}; the check feeds batch-1 inputs of fixed size")
-    s_orig, s_rew = _session(orig, threads), _session(rew, threads)
+    run_orig, run_rew, compared = _compared(orig, rew)
+    optimize = compared != "Q/DQ as reference operators"
+    rtol = max(rtol, FP16_RTOL) if _computes_in_fp16(orig) else rtol
+    s_orig, s_rew = (cpu_session(m, threads, spin_wait=True, optimize=optimize, what="checking a batch rewrite")
+                     for m in (run_orig, run_rew))
     rng = np.random.default_rng(seed)
     n = max(batches)
     rows: list[dict[str, np.ndarray]] = []
@@ -83,5 +114,5 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
                     raise BatchRewriteError(f"{label}: the batch rewrite changes output {name} at batch {b} row "
                                             f"{r} (relative error {rel:.2g} > {rtol:g}); not batching this model")
                 worst = max(worst, rel)
-        results.append({"batch": b, "max_rel_err": worst})
+        results.append({"batch": b, "max_rel_err": worst, "compared": compared})
     return results
