@@ -5,8 +5,8 @@ TensorRT 8.x) and DETAILED layer information, then:
 
 - engine latency (p50/p99 of one call) and throughput (frames/s) at batch 1, 16 and 32 (``edgert bench``'s loop);
 - the layer report: compute layers by precision, float layers, reformat layers (TensorRT's engine inspector);
-- agreement with the FP32 engine on held-out images: mAP@0.5:0.95 with the FP32 engine's detections as the
-  ground truth (``edgert compare``'s measure, both through the runtime's preprocessing and decoding);
+- agreement with FP32 on held-out images: mAP@0.5:0.95 with the FP32 ONNX's detections (ONNX Runtime CPU) as
+  the ground truth (``edgert compare``'s measure, both through the runtime's preprocessing and decoding);
 - (``--phase pipeline``) the same engine through ``edgert run`` with 16 file streams (frames/s end to end, against
   the engine's compute-only batch-16 figure), and ``edgert bench`` on it.
 
@@ -193,11 +193,13 @@ def measure(engine: Path, inputs: dict[str, list[int]], batches: list[int], iter
 
 
 def agreement(reference: Path, candidate: Path, heldout: list[Path]) -> dict[str, Any]:
+    """``candidate`` (an engine) against the FP32 ONNX ``reference`` on ONNX Runtime CPU: no FP32 engine to build
+    first, and the same reference ``edgert calibrate`` and ``edgert compare`` use."""
     from edgert.calib.comparison import compare_detectors
     from edgert.vision.image_io import read_image
 
     frames = [(p.name, read_image(p)) for p in heldout]
-    r = compare_detectors(reference, candidate, frames, backend="tensorrt")
+    r = compare_detectors(reference, candidate, frames, backend="onnxruntime", candidate_backend="tensorrt")
     return {"frames": r["frames"], "map50_95": r["map"]["map50_95"], "map50": r["map"]["map50"],
             "strict_map50_95": r["map_strict"]["map50_95"]}
 
@@ -262,9 +264,9 @@ def main() -> int:
             try:
                 if args.phase in ("measure", "all"):
                     row.update(measure(Path(built["engine"]), built["inputs"], batches, args.iterations))
-                    ref = rows.get("fp32", {}).get("build", {}).get("engine")
-                    if heldout and ref and variant != "fp32":
-                        row["agreement"] = agreement(Path(ref), Path(built["engine"]), heldout)
+                    if heldout:
+                        row["agreement"] = agreement(assets_dir() / "models" / "detection" / MODELS[name],
+                                                     Path(built["engine"]), heldout)
                 if args.phase == "pipeline":
                     row["pipeline"] = pipeline(built, assets_dir() / "video" / "vtest.avi", args.streams)
                     print(f"{name} {variant}: edgert run {row['pipeline']}", flush=True)

@@ -6,9 +6,11 @@
 #          assets, the quantized models of .gpu/int8 (edgert calibrate and ModelOpt outputs) and the wheel's
 #          builder resource into .gpu/ta/1..N, then prints the chain of runs (8 with every detector).
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
-#          unpack (collect the parts; ready once all came), smoke, builds [MODELS] (JOBS=N: the INT8 table's
-#          engines N at once, the smoke beside them), int8 [MODELS] (PHASE=measure), pipeline [MODELS], through
-#          [MODELS] (builds, measure, pipeline in what is left of one run; each resumes), tests, update.
+#          unpack (collect the parts; ready once all came; restores .gpu/timing/timing-cache.tgz when carried),
+#          start (the programme in the background: STEPS="build measure pipeline tests update", JOBS=3 engines
+#          built at once, MODELS, VARIANTS), watch [SECONDS] (wait, bring back its results and timing caches),
+#          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
+#          tests, update.
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 step="${1:?usage: gpu_trt85.sh models|pack|unpack|smoke|builds|int8|pipeline|tests}"
@@ -144,6 +146,9 @@ opencv() {  # the kit has no OpenCV for Python 3.9: the device image's abi3 buil
 
 unpack() {
   mkdir -p $TA && cp -n .gpu/ta/*/* $TA/ 2>/dev/null
+  # an earlier session's timing caches (watch brings them back; carry .gpu/timing): TensorRT skips the timing of
+  # layers it finds there, and a cache of another GPU or driver is named otherwise and left alone
+  [ -f .gpu/timing/timing-cache.tgz ] && mkdir -p /root/.cache/edgert && tar xzf .gpu/timing/timing-cache.tgz -C /root/.cache/edgert
   if [ ! -f $ASSETS/.done ] && stream ta; then
     rm -rf $ASSETS.stage && mkdir -p $ASSETS.stage && cat $TA/ta.* | dec | tar x -C $ASSETS.stage || return 1
     mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8 && touch $ASSETS/.done
@@ -206,6 +211,48 @@ int8() {  # PHASE=build|measure|pipeline|all, JOBS=N engines built at once (each
     --heldout /tmp/edgert-int8/heldout_images.txt --models "$models" --out /tmp/edgert-int8.json \
     --jobs "${JOBS:-1}" --iterations "${ITERS:-100}" ${VARIANTS:+--variants $VARIANTS} ${PHASE:+--phase $PHASE}) 2>&1 | tee -a $OUT/int8.log | tail -40
   cp /tmp/edgert-int8.json $OUT/trt85-int8.json
+}
+
+# The whole programme in the background: a device call ends at 600 s and kills what it started, which lost
+# every build still running at that point (an INT8 Q/DQ build of yolov3-tiny takes longer than one call), while
+# a process in a session of its own runs on as long as the machine is held. `start` launches it, `watch N`
+# waits up to N seconds and brings back what it has written; each call must follow the last within the
+# machine's 30 s idle time.
+PROG=/tmp/edgert-prog
+start() {
+  ready
+  if [ -f $PROG/pid ] && kill -0 "$(cat $PROG/pid)" 2>/dev/null; then echo "programme already running"; return 0; fi
+  rm -rf $PROG && mkdir -p $PROG/out
+  STEPS="${STEPS:-build measure pipeline tests update}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
+  echo $! > $PROG/pid
+  echo "programme started: ${STEPS:-build measure pipeline tests update}; JOBS=${JOBS:-3} MODELS=${MODELS:-yolov3tiny,yolov8s,nanodet}"
+}
+
+programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a step that hangs)
+  export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-3}
+  export VARIANTS=${VARIANTS:-fp16,int8-edgert,int8-modelopt,int8-implicit,fp32,int8-edgert-full}
+  local models=${MODELS:-yolov3tiny,yolov8s,nanodet} s
+  for s in $STEPS; do
+    echo "== $s $(date -u +%T)"
+    case $s in
+      build) PHASE=build int8 int8 "$models" ;;
+      measure|pipeline) PHASE=$s int8 int8 "$models" ;;
+      tests) tests ;;
+      update) update ;;
+      smoke) smoke ;;
+    esac
+    echo "== $s done $(date -u +%T)"
+  done
+  touch $PROG/done
+}
+
+watch() {  # up to $1 seconds (570), or until the programme ends; its results into $OUT (8 files at most)
+  local end=$(($(date +%s) + ${1:-570}))
+  while [ "$(date +%s)" -lt $end ] && [ ! -f $PROG/done ]; do sleep 5; done
+  cp $PROG/out/* $OUT/ 2>/dev/null; cp /tmp/edgert-int8.json $OUT/trt85-int8.json 2>/dev/null
+  tar czf $OUT/timing-cache.tgz -C /root/.cache/edgert timing 2>/dev/null
+  cp $PROG/log $OUT/programme.log; ls $OUT
+  [ -f $PROG/done ] && echo "programme done" || echo "programme running"; tail -c 6000 $PROG/log
 }
 
 through() {  # builds, measure, pipeline, each resumable, within one device run's limit (END: epoch seconds)
@@ -294,6 +341,9 @@ case "$step" in
   pack-int8) pack_int8 ;;
   int8-extra) mkdir -p /tmp/edgert-int8 && tar xf .gpu/tb/int8.tar -C /tmp/edgert-int8 && ls -la /tmp/edgert-int8 ;;
   unpack) unpack ;;
+  start) start ;;
+  programme) programme ;;
+  watch) watch "${2:-570}" ;;
   smoke) smoke ;;
   tests) tests ;;
   int8) int8 "$@" ;;

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import tensorrt
 
 __all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "ParserFailed", "build_engine", "fp16_route",
-           "parser_error_line"]
+           "parser_error_line", "qdq_scale_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,19 @@ def _check_precision(info: OnnxInfo, options: BuildOptions, strong: bool) -> Non
         raise BuildError(
             f"{info.path.name}: INT8 needs a Q/DQ model or a calibration cache. Note: run edgert calibrate, "
             "then pass the Q/DQ model or --calib-cache")
+
+
+def qdq_scale_refusal(info: OnnxInfo, backend: str, trt_version: str) -> str | None:
+    """Why TensorRT ``trt_version`` cannot parse this Q/DQ model, or None. TensorRT 8.5's parser refused each of
+    ModelOpt's default INT8 detectors on their first weight QuantizeLinear ("Scale coefficients must all be
+    positive") though every scale was positive: they were FP16, as ModelOpt writes them by default for
+    TensorRT 10."""
+    major = int(trt_version.split(".")[0]) if trt_version.split(".")[0].isdigit() else 0
+    if backend != "tensorrt" or major >= 10 or "float16" not in info.qdq_scale_types:
+        return None
+    return (f"{info.path.name}: its Q/DQ scales are FP16, which TensorRT {trt_version}'s ONNX parser cannot read "
+            "(TensorRT 10 can). Note: quantize it with FP32 around the Q/DQ (edgert calibrate; ModelOpt: "
+            "--high_precision_dtype fp32)")
 
 
 def _set_precision(trt: ModuleType, builder: tensorrt.Builder, config: tensorrt.IBuilderConfig, info: OnnxInfo,
@@ -399,6 +412,9 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
                          "on a CPU-only machine (to check a model); run engines where TensorRT runs")
     strong = options.strongly_typed if options.strongly_typed is not None else _needs_strong_typing(trt)
     _check_precision(info, options, strong)
+    refusal = qdq_scale_refusal(info, options.backend, str(trt.__version__))
+    if refusal:
+        raise BuildError(refusal)
     convert = fp16_route(options, strong) == "onnx-fp16"
     flags = _builder_flags(options, strong, info, trt)
     if convert:  # a new converter may convert differently: part of the key

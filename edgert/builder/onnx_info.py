@@ -61,6 +61,7 @@ class OnnxInfo:
     node_ops: tuple[str, ...]
     has_qdq: bool
     metadata: dict[str, str] = field(default_factory=dict)
+    qdq_scale_types: tuple[str, ...] = ()  # numpy names of the Q/DQ scales' types ("float32", "float16")
 
     def node_label(self, index: int) -> tuple[str, str]:
         """(name, op type) of the node at ``index``, or ("?", "?") when out of range."""
@@ -88,7 +89,9 @@ def _tensor(value: Any) -> TensorInfo:
 
 def inspect_onnx(path: str | Path) -> OnnxInfo:
     """Read ``path``'s interface without its weights. Damaged files become :class:`ModelError`."""
-    from edgert.onnx_file import has_qdq, read_onnx
+    import onnx
+
+    from edgert.onnx_file import QDQ_OPS, has_qdq, read_onnx
 
     p = Path(path)
     model = read_onnx(p, weights=False)
@@ -96,6 +99,9 @@ def inspect_onnx(path: str | Path) -> OnnxInfo:
     if not graph.node:
         raise ModelError(f"{p}: the ONNX graph has no nodes (truncated or empty file?)")
     initializers = {i.name for i in graph.initializer}
+    types = {i.name: i.data_type for i in graph.initializer}
+    scales = {types[n.input[1]] for n in graph.node
+              if n.op_type in QDQ_OPS and len(n.input) > 1 and n.input[1] in types}
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     return OnnxInfo(
         path=p,
@@ -107,6 +113,7 @@ def inspect_onnx(path: str | Path) -> OnnxInfo:
         node_ops=tuple(n.op_type for n in graph.node),
         has_qdq=has_qdq(graph),
         metadata={m.key: m.value for m in model.metadata_props},
+        qdq_scale_types=tuple(sorted(onnx.helper.tensor_dtype_to_np_dtype(t).name for t in scales)),
     )
 
 

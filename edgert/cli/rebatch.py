@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     for change in res.changes:
         print(f"  {change}")
     for c in checked:
-        print(f"check batch {c['batch']}: every row matches the original (max relative error {c['max_rel_err']:.1e})")
+        on = "" if c["compared"] == "float" else f", compared as {c['compared']}"
+        print(f"check batch {c['batch']}: every row matches the original (max relative error "
+              f"{c['max_rel_err']:.1e}{on})")
     if not checked:
         print("not checked (--check none)")
     shapes = ",".join(f"{n}:{_dims(1, r)}/{_dims(4, r)}/{_dims(8, r)}" for n, r in _batched_inputs(res.model))

@@ -46,7 +46,8 @@ def _weights(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> np.ndarray:
         shape = [1] * q.ndim
         shape[axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return ((q - zero) * scale).astype(dtype)
+    weights: np.ndarray = ((q - zero) * scale).astype(dtype)
+    return weights
 
 
 def dequantized(model: onnx.ModelProto, activations: bool = True) -> onnx.ModelProto:

@@ -84,3 +84,31 @@ def test_damaged_files_are_model_errors(tmp_path: Path) -> None:
     half.write_bytes(good.read_bytes()[:20])
     with pytest.raises(ModelError):
         inspect_onnx(half)
+
+
+def test_fp16_qdq_scales_are_refused_for_tensorrt_8_in_one_line(tmp_path: Path) -> None:
+    """ModelOpt's default INT8 ONNX has FP16 scales; TensorRT 8.5's parser refused all three detectors with
+    "Scale coefficients must all be positive" on the device machine. edgert names the cause and the fix."""
+    from edgert.builder.engine_builder import qdq_scale_refusal
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "qdq16", [x], [y], [numpy_helper.from_array(np.array(0.1, np.float16), "s"),
+                                   numpy_helper.from_array(np.array(0, np.int8), "z")]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(tmp_path / "m16.onnx"))
+    info = inspect_onnx(tmp_path / "m16.onnx")
+    assert info.qdq_scale_types == ("float16",)
+    line = qdq_scale_refusal(info, "tensorrt", "8.5.3.1")
+    assert line is not None and "\n" not in line
+    assert line.startswith("m16.onnx: its Q/DQ scales are FP16, which TensorRT 8.5.3.1's ONNX parser cannot read")
+    assert "--high_precision_dtype fp32" in line
+    assert qdq_scale_refusal(info, "tensorrt", "10.13.0.35") is None
+    assert qdq_scale_refusal(info, "tensorrt-rtx", "1.7.1.116") is None
+    fp32 = inspect_onnx(qdq_model(tmp_path / "q.onnx"))
+    assert fp32.qdq_scale_types == ("float32",) and qdq_scale_refusal(fp32, "tensorrt", "8.5.3.1") is None

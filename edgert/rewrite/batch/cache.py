@@ -33,8 +33,8 @@ def batch_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "edgert" / "batch"
 
 
-# Part of the cache key with the source's sha256: bump it when the rewrite or its check changes what it decides
-# (2: Q/DQ models are checked on the reference operators, so their refusals from version 1 are decided again).
+# Part of the cache key with the source's sha256: bump it when the rewrite or its check changes what it decides,
+# so a refusal an older check recorded is decided again.
 _RECORD_VERSION = 3
 
 

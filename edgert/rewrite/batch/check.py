@@ -56,9 +56,9 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
 
     Inputs are B different random images-like tensors. The error of a row is ``max|got - want|`` over the
     largest ``|want|`` of that output, so values near zero do not make the check flaky; it must stay within
-    ``rtol`` (:data:`FP16_RTOL` at least for a model that computes in FP16). A quantized model is compared on its float twins where it has them (``compared`` in each
-    record says on what). Returns one record per batch size; raises :class:`BatchRewriteError` naming the first
-    output, batch and row that differ.
+    ``rtol`` (:data:`FP16_RTOL` at least for a model that computes in FP16). A quantized model is compared on
+    its float twins where it has them (``compared`` in each record says on what). Returns one record per batch
+    size; raises :class:`BatchRewriteError` naming the first output, batch and row that differ.
     """
     orig, label = load_model(original, label)
     rew, _ = load_model(rewritten)
