@@ -7,8 +7,8 @@
 #          builder resource into .gpu/ta/1..N, then prints the chain of runs (8 with every detector).
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came; restores .gpu/timing/timing-cache.tgz when carried),
-#          start (the programme in the background: STEPS="build measure pipeline tests update", JOBS=3 engines
-#          built at once, MODELS, VARIANTS), watch [SECONDS] (wait, bring back its results and timing caches),
+#          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=3 engines built at
+#          once), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
 #          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
 #          tests, update.
 # Results go to $OUT (the device tool brings them back).
@@ -223,23 +223,31 @@ start() {
   ready
   if [ -f $PROG/pid ] && kill -0 "$(cat $PROG/pid)" 2>/dev/null; then echo "programme already running"; return 0; fi
   rm -rf $PROG && mkdir -p $PROG/out
-  STEPS="${STEPS:-build measure pipeline tests update}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
+  STEPS="${STEPS:-$STEPS_DEFAULT}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
   echo $! > $PROG/pid
-  echo "programme started: ${STEPS:-build measure pipeline tests update}; JOBS=${JOBS:-3} MODELS=${MODELS:-yolov3tiny,yolov8s,nanodet}"
+  echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-3}"
 }
+
+# The default programme, most wanted first: each table:MODELS:VARIANTS step builds its engines (JOBS at once),
+# then measures them and runs them through edgert run, so a session's device time ends on whole rows
+STEPS_DEFAULT="table:yolov3tiny,yolov8s:fp16,int8-edgert table:yolov3tiny,yolov8s:int8-modelopt tests
+table:nanodet:fp16,int8-edgert,int8-implicit table:yolov3tiny,yolov8s,nanodet:fp32,int8-edgert-full update"
 
 programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a step that hangs)
   export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-3}
-  export VARIANTS=${VARIANTS:-fp16,int8-edgert,int8-modelopt,int8-implicit,fp32,int8-edgert-full}
-  local models=${MODELS:-yolov3tiny,yolov8s,nanodet} s
+  local s models phase
   for s in $STEPS; do
     echo "== $s $(date -u +%T)"
     case $s in
-      build) PHASE=build int8 int8 "$models" ;;
-      measure|pipeline) PHASE=$s int8 int8 "$models" ;;
+      table:*)
+        models=$(echo "$s" | cut -d: -f2)
+        for phase in build measure pipeline; do
+          VARIANTS=$(echo "$s" | cut -d: -f3) PHASE=$phase int8 int8 "$models"
+        done ;;
       tests) tests ;;
       update) update ;;
       smoke) smoke ;;
+      *) echo "unknown step $s" ;;
     esac
     echo "== $s done $(date -u +%T)"
   done
