@@ -117,6 +117,10 @@ PY
     local kp=${parts[$((i - 1))]:-px}
     echo "run $i: carry [\".gpu/trt85/$kp\", \".gpu/ta/$i\"], command: source .gpu/trt85/$kp/setup.sh; bash scripts/gpu_trt85.sh unpack"
   done
+  echo "then, in the last of those runs or the next (carry .gpu/trt85/px, and .gpu/timing if an earlier session"
+  echo "brought its timing caches back): source .gpu/trt85/px/setup.sh; bash scripts/gpu_trt85.sh unpack &&"
+  echo "bash scripts/gpu_trt85.sh start && bash scripts/gpu_trt85.sh watch 540; then watch again, each call within"
+  echo "30 s of the last's return, until the programme is done or the device time is"
 }
 
 dec() {  # the image may lack the zstd tool: the kit's zstandard for its Python 3.12 then (setup.sh unpacked it)

@@ -19,6 +19,8 @@ __all__ = ["check_batch_rewrite"]
 def _qdq_nodes(model: onnx.ModelProto) -> list[tuple[str, ...]]:
     """Each Q/DQ node as its operator, wiring, attributes and the values of its scale and zero point."""
     values = {t.name: t.SerializeToString() for t in model.graph.initializer}
+    values.update({n.output[0]: b"".join(a.SerializeToString() for a in n.attribute)
+                   for n in model.graph.node if n.op_type == "Constant" and n.output})
     return sorted((n.op_type, *n.input, "->", *n.output, *(a.SerializeToString().hex() for a in n.attribute),
                    *(values.get(i, b"").hex() for i in n.input[1:])) for n in model.graph.node if n.op_type in QDQ_OPS)
 
