@@ -64,7 +64,7 @@ def dequantize_weights(src: Path, dst: Path) -> None:
     float32 weights it computes: a plain FP32 model."""
     import onnx
 
-    from edgert.rewrite.dequantize import dequantized
+    from edgert.onnx_dequantize import dequantized
 
     model = dequantized(onnx.load(str(src)), activations=False)
     for prop in model.metadata_props:

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     # foundation: no edgert imports beyond each other (errors at the very bottom)
     ("errors", "_version", "_lazy", "types", "config", "decoder_kinds", "coco", "atomic_file", "output_lock",
      "http_limits", "_package_data", "stats", "redact", "redact_stderr", "allocator", "onnx_file", "search_rules",
-     "image_file", "demo_files", "tasks", "jsonl_uri"),
+     "image_file", "demo_files", "tasks", "jsonl_uri", "onnx_dequantize"),
     # what machine this is; what build time and run time share about an engine file
     ("platform", "engine"),
     # inference sessions, power meters, ONNX rewriting

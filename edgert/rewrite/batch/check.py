@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 
 from edgert.backends.onnxruntime import cpu_session
+from edgert.onnx_dequantize import DequantizeError, dequantized
 from edgert.onnx_file import QDQ_OPS, has_qdq
 from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, dims, load_model, real_inputs
-from edgert.rewrite.dequantize import DequantizeError, dequantized
 
 __all__ = ["check_batch_rewrite"]
 
@@ -27,7 +27,7 @@ def _qdq_nodes(model: onnx.ModelProto) -> list[tuple[str, ...]]:
 
 def _compared(orig: onnx.ModelProto, rew: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto, str]:
     """The pair of models the check runs, and what they are. A quantized model whose rewrite left every Q/DQ node
-    as it was is checked on both float twins (:mod:`edgert.rewrite.dequantize` says why); one without twins is
+    as it was is checked on both float twins (:mod:`edgert.onnx_dequantize` says why); one without twins is
     run with ONNX Runtime's graph optimizations off, so Q/DQ are their own operators, not fused int8 kernels
     (those made a YOLOv8s Q/DQ row differ by 0.75 % between batch 1 and 2 on an Intel Xeon)."""
     if not has_qdq(orig.graph):

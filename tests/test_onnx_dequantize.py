@@ -1,4 +1,4 @@
-"""A Q/DQ model's float twin (edgert.rewrite.dequantize) on a model built here and on the packaged detector."""
+"""A Q/DQ model's float twin (edgert.onnx_dequantize) on a model built here and on the packaged detector."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgert.rewrite.dequantize import DequantizeError, dequantized
+from edgert.onnx_dequantize import DequantizeError, dequantized
 
 ort = pytest.importorskip("onnxruntime")
 
