@@ -24,10 +24,11 @@ class DequantizeError(ValueError):
     """A Q/DQ node has no float twin (a QuantizeLinear whose INT8 output another operator reads, say)."""
 
 
-def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+def _constants(graph: onnx.GraphProto, names: set[str]) -> dict[str, np.ndarray]:
+    """The constant tensors among ``names`` (initializers and Constant nodes), as arrays."""
+    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in names}
     for node in graph.node:
-        if node.op_type == "Constant" and node.output:
+        if node.op_type == "Constant" and node.output and node.output[0] in names:
             value = next((a.t for a in node.attribute if a.name == "value"), None)
             if value is not None:
                 found[node.output[0]] = numpy_helper.to_array(value)
@@ -54,7 +55,7 @@ def dequantized(model: onnx.ModelProto, activations: bool = True) -> onnx.ModelP
     """A copy of ``model`` without its Q/DQ nodes (see the module's docstring); raises :class:`DequantizeError`
     where one is left that has no float twin."""
     graph = model.graph
-    consts = _constants(graph)
+    consts = _constants(graph, {i for n in graph.node if n.op_type == "DequantizeLinear" for i in n.input})
     producer = {out: node for node in graph.node for out in node.output}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:

@@ -24,6 +24,7 @@ it exits 1 with one line. Writes JSON (``--out``) and prints one table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import shutil
@@ -115,10 +116,9 @@ def build_all(jobs: list[Job], workers: int, done: Any) -> None:
     for name, variant, int8_dir, *_ in jobs:  # the dynamic-batch rewrites once, before the workers race for them
         src, _cache = _source(name, variant, int8_dir)
         if src is not None:
-            try:
+            # a refusal is cached with its reason: that variant's build row says it, the others go on
+            with contextlib.suppress(BatchRewriteError):
                 batched_model_path(src)
-            except BatchRewriteError:  # cached with its reason: that variant's build row says it, the others go on
-                pass
     if workers <= 1:
         for job in jobs:
             done(*_build_row(job))

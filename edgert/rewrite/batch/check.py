@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,28 +17,33 @@ from edgert.rewrite.batch.model import ONNX_NP, BatchRewriteError, ModelLike, di
 __all__ = ["check_batch_rewrite"]
 
 
+#: What a check compared (``compared`` in its records).
+FLOAT, TWINS, REFERENCE_OPS = "float", "float twins (Q/DQ nodes unchanged)", "Q/DQ as reference operators"
+
+
 def _qdq_nodes(model: onnx.ModelProto) -> list[tuple[str, ...]]:
     """Each Q/DQ node as its operator, wiring, attributes and the values of its scale and zero point."""
-    values = {t.name: t.SerializeToString() for t in model.graph.initializer}
+    nodes = [n for n in model.graph.node if n.op_type in QDQ_OPS]
+    params = {name for n in nodes for name in n.input[1:]}  # scales and zero points only, not the weights
+    values = {t.name: t.SerializeToString() for t in model.graph.initializer if t.name in params}
     values.update({n.output[0]: b"".join(a.SerializeToString() for a in n.attribute)
-                   for n in model.graph.node if n.op_type == "Constant" and n.output})
+                   for n in model.graph.node if n.op_type == "Constant" and n.output and n.output[0] in params})
     return sorted((n.op_type, *n.input, "->", *n.output, *(a.SerializeToString().hex() for a in n.attribute),
-                   *(values.get(i, b"").hex() for i in n.input[1:])) for n in model.graph.node if n.op_type in QDQ_OPS)
+                   *(values.get(i, b"").hex() for i in n.input[1:])) for n in nodes)
 
 
 def _compared(orig: onnx.ModelProto, rew: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto, str]:
     """The pair of models the check runs, and what they are. A quantized model whose rewrite left every Q/DQ node
-    as it was is checked on both float twins (:mod:`edgert.onnx_dequantize` says why); one without twins is
-    run with ONNX Runtime's graph optimizations off, so Q/DQ are their own operators, not fused int8 kernels
-    (those made a YOLOv8s Q/DQ row differ by 0.75 % between batch 1 and 2 on an Intel Xeon)."""
+    as it was is checked on both float twins (:mod:`edgert.onnx_dequantize` says why). One without twins (a
+    rewrite that touched a Q/DQ node, a QuantizeLinear read by another operator) is run with ONNX Runtime's graph
+    optimizations off, so Q/DQ are their own operators, not fused int8 kernels that round differently at
+    another batch size."""
     if not has_qdq(orig.graph):
-        return orig, rew, "float"
+        return orig, rew, FLOAT
     if _qdq_nodes(orig) == _qdq_nodes(rew):
-        try:
-            return dequantized(orig), dequantized(rew), "float twins (Q/DQ nodes unchanged)"
-        except DequantizeError:
-            pass
-    return orig, rew, "Q/DQ as reference operators"
+        with contextlib.suppress(DequantizeError):  # no twin: run as they are, below
+            return dequantized(orig), dequantized(rew), TWINS
+    return orig, rew, REFERENCE_OPS
 
 
 #: The tolerance of a model that computes in FP16 (ModelOpt's default output): another batch size's kernels
@@ -71,7 +77,7 @@ def check_batch_rewrite(original: ModelLike, rewritten: ModelLike, batches: Sequ
             raise BatchRewriteError(f"{label}: input {vi.name} of the original has dynamic dimensions "
                                     f"{dims(vi)}; the check feeds batch-1 inputs of fixed size")
     run_orig, run_rew, compared = _compared(orig, rew)
-    optimize = compared != "Q/DQ as reference operators"
+    optimize = compared != REFERENCE_OPS
     rtol = max(rtol, FP16_RTOL) if _computes_in_fp16(orig) else rtol
     s_orig, s_rew = (cpu_session(m, threads, spin_wait=True, optimize=optimize, what="checking a batch rewrite")
                      for m in (run_orig, run_rew))
