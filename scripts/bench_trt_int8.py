@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -58,7 +59,9 @@ def _source(name: str, variant: str, int8_dir: Path) -> tuple[Path | None, Path 
     return (path, None) if path.is_file() else (None, None)
 
 
-CONTEXTS = 4  # profile copies: edgert run's GPU processor takes one per slot (max_gpu_slots)
+# profile copies: edgert run's GPU processor takes one per slot (max_gpu_slots); the builder optimizes each copy,
+# so CONTEXTS=2 gives shorter builds and a two-slot pipeline
+CONTEXTS = int(os.environ.get("CONTEXTS", "4"))
 
 
 def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int, opt_batch: int,
