@@ -7,7 +7,7 @@
 #          builder resource into .gpu/ta/1..N, then prints the chain of runs (8 with every detector).
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came; restores .gpu/timing/timing-cache.tgz when carried),
-#          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=3 engines built at
+#          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=6 engines built at
 #          once), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
 #          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
 #          tests, update.
@@ -229,25 +229,29 @@ start() {
   rm -rf $PROG && mkdir -p $PROG/out
   STEPS="${STEPS:-$STEPS_DEFAULT}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
   echo $! > $PROG/pid
-  echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-3}"
+  echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-6}"
 }
 
 # The default programme, most wanted first: each table:MODELS:VARIANTS step builds its engines (JOBS at once),
-# then measures them and runs them through edgert run, so a session's device time ends on whole rows
-STEPS_DEFAULT="table:yolov3tiny,yolov8s:fp16,int8-edgert table:yolov3tiny,yolov8s:int8-modelopt tests
+# then measures them and runs them through edgert run, so a session's device time ends on whole rows; a STEP&
+# runs beside the steps after it, and the next measurement waits for it
+STEPS_DEFAULT="buildtime-build& table:yolov3tiny,yolov8s:fp16,int8-edgert,int8-modelopt buildtime-measure tests
 table:nanodet:fp16,int8-edgert,int8-implicit table:yolov3tiny,yolov8s,nanodet:fp32,int8-edgert-full update"
 
 programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a step that hangs)
-  export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-3}
+  export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-6}
   local s models phase
   for s in $STEPS; do
     echo "== $s $(date -u +%T)"
     case $s in
+      *\&) bash "$0" "${s%&}" >> $PROG/log 2>&1 & ;;  # beside the next steps' builds
       table:*)
         models=$(echo "$s" | cut -d: -f2)
         for phase in build measure pipeline; do
+          [ $phase = measure ] && wait  # latency on a GPU no other build shares
           VARIANTS=$(echo "$s" | cut -d: -f3) PHASE=$phase int8 int8 "$models"
         done ;;
+      buildtime-build|buildtime-measure) "$s" ;;
       tests) tests ;;
       update) update ;;
       smoke) smoke ;;
@@ -256,6 +260,16 @@ programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a 
     echo "== $s done $(date -u +%T)"
   done
   touch $PROG/done
+}
+
+buildtime-build() {  # yolov3-tiny FP16 built with and without the JIT and edge-mask convolution tactics
+  ready
+  (cd scripts && $PY bench_trt_build.py --phase build --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
+}
+
+buildtime-measure() {
+  ready
+  (cd scripts && $PY bench_trt_build.py --phase measure --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
 }
 
 watch() {  # up to $1 seconds (570), or until the programme ends; its results into $OUT (8 files at most)
@@ -362,6 +376,8 @@ case "$step" in
   builds) builds "$@" ;;
   through) through "$@" ;;
   update) update ;;
+  buildtime-build) buildtime-build ;;
+  buildtime-measure) buildtime-measure ;;
   pipeline) PHASE=pipeline int8 "$@" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
