@@ -264,12 +264,14 @@ programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a 
 
 buildtime-build() {  # yolov3-tiny FP16 built with and without the JIT and edge-mask convolution tactics
   ready
-  (cd scripts && $PY bench_trt_build.py --phase build --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
+  (cd scripts && $PY bench_trt_build.py --phase build --variants "${BT_VARIANTS:-default,no-jit,no-jit-no-edge}" \
+    --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
 }
 
 buildtime-measure() {
   ready
-  (cd scripts && $PY bench_trt_build.py --phase measure --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
+  (cd scripts && $PY bench_trt_build.py --phase measure --variants "${BT_VARIANTS:-default,no-jit,no-jit-no-edge}" \
+    --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
 }
 
 watch() {  # up to $1 seconds (570), or until the programme ends; its results into $OUT (8 files at most)
