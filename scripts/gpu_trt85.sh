@@ -11,6 +11,8 @@
 #          once), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
 #          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
 #          tests, update.
+#   here, after each call: bash scripts/gpu_trt85.sh keep FILES_AT   keeps its results (.gpu/results), timing
+#          caches (.gpu/timing) and the finished engines' parts (.gpu/engines/N, with the runs that carry them)
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 step="${1:?usage: gpu_trt85.sh models|pack|unpack|smoke|builds|int8|pipeline|tests}"
@@ -153,6 +155,7 @@ unpack() {
   # an earlier session's timing caches (watch brings them back; carry .gpu/timing): TensorRT skips the timing of
   # layers it finds there, and a cache of another GPU or driver is named otherwise and left alone
   [ -f .gpu/timing/timing-cache.tgz ] && mkdir -p /root/.cache/edgert && tar xzf .gpu/timing/timing-cache.tgz -C /root/.cache/edgert
+  [ -d .gpu/engines ] && restore_engines
   if [ ! -f $ASSETS/.done ] && stream ta; then
     rm -rf $ASSETS.stage && mkdir -p $ASSETS.stage && cat $TA/ta.* | dec | tar x -C $ASSETS.stage || return 1
     mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8 && touch $ASSETS/.done
@@ -277,10 +280,74 @@ buildtime-measure() {
 watch() {  # up to $1 seconds (570), or until the programme ends; its results into $OUT (8 files at most)
   local end=$(($(date +%s) + ${1:-570}))
   while [ "$(date +%s)" -lt $end ] && [ ! -f $PROG/done ]; do sleep 5; done
-  cp $PROG/out/* $OUT/ 2>/dev/null; cp /tmp/edgert-int8.json $OUT/trt85-int8.json 2>/dev/null
+  cp /tmp/edgert-int8.json $PROG/out/trt85-int8.json 2>/dev/null; cp $PROG/log $PROG/out/programme.log
+  du -sh $CUDA_CACHE_PATH > $PROG/out/cuda-cache.txt 2>&1
+  tar czf $OUT/results.tgz -C $PROG out
   tar czf $OUT/timing-cache.tgz -C /root/.cache/edgert timing 2>/dev/null
-  cp $PROG/log $OUT/programme.log; ls $OUT
+  send_engines 4; ls -l $OUT
   [ -f $PROG/done ] && echo "programme done" || echo "programme running"; tail -c 6000 $PROG/log
+}
+
+# The INT8 table's finished engines go back to the machine the runs come from, a few parts per call: an INT8
+# build on 8.5 here outlasts a session's device time, and the next session carries them (.gpu/engines/N, one
+# run each beside the chain: unpack puts them back), so its builds find them in edgert's engine cache (which
+# rebuilds one whose sidecar names another GPU or TensorRT) and its device time goes to measuring
+ENG=/tmp/edgert-trt-int8
+send_engines() {  # $1: how many part files of at most 15 MiB this call may bring back
+  local room=$1 e n m k part
+  mkdir -p $PROG/parts && touch $PROG/sent
+  for e in $ENG/*.engine; do
+    [ -f "$e.json" ] || continue  # the sidecar is written once the engine is whole
+    n=$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
+    rm -f $PROG/parts/eng.$n.tzst.*
+    tar cf - -C $ENG "$n" "$n.json" | zstd -q -3 | split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
+    m=$(ls $PROG/parts/eng.$n.tzst.* | wc -l)
+    for ((k = 0; k < m; k++)); do mv $PROG/parts/eng.$n.tzst.$k $PROG/parts/eng.$n.tzst.$k-of-$m; done
+    touch $PROG/parts/$n.packed
+  done
+  for part in $PROG/parts/eng.*; do
+    [ -f "$part" ] && [ "$room" -gt 0 ] || continue
+    grep -qxF "$(basename $part)" $PROG/sent && continue
+    cp "$part" $OUT/ && basename "$part" >> $PROG/sent && room=$((room - 1))
+  done
+  echo "engine parts: $(wc -l < $PROG/sent) sent of $(ls $PROG/parts/eng.* 2>/dev/null | wc -l)"
+}
+
+keep() {  # here, after each device call: DIR (the reply's files_at) into .gpu: results, timing caches, engine parts
+  set -e
+  local dir=${1:?usage: gpu_trt85.sh keep DIR} stamp part n=1 size=0 s
+  stamp=$(date -u +%H%M%S)
+  mkdir -p .gpu/results/$stamp .gpu/timing .gpu/engines/incoming
+  [ -f $dir/results.tgz ] && tar xzf $dir/results.tgz -C .gpu/results/$stamp && echo "results: .gpu/results/$stamp/out"
+  [ -f .gpu/results/$stamp/out/trt85-int8.json ] && cp .gpu/results/$stamp/out/trt85-int8.json .gpu/engines/
+  [ -s $dir/timing-cache.tgz ] && cp $dir/timing-cache.tgz .gpu/timing/
+  cp $dir/eng.* .gpu/engines/incoming/ 2>/dev/null || true
+  # into runs of at most 48 MiB each (a run carries 64 MiB with the tree), the folders the next chain carries
+  while [ -d .gpu/engines/$n ]; do n=$((n + 1)); done
+  for part in .gpu/engines/incoming/eng.*; do
+    [ -f "$part" ] || continue
+    s=$(stat -c %s "$part")
+    if [ $((size + s)) -gt $((48 << 20)) ] && [ $size -gt 0 ]; then n=$((n + 1)); size=0; fi
+    mkdir -p .gpu/engines/$n && mv "$part" .gpu/engines/$n/ && size=$((size + s))
+  done
+  for part in .gpu/engines/[0-9]*; do
+    echo "carry [\".gpu/trt85/px\", \"$part\", \".gpu/engines/trt85-int8.json\"]: $(ls $part | tr '\n' ' ')"
+  done
+}
+
+restore_engines() {  # the carried parts (.gpu/engines/*/eng.*), each engine once all its parts have come
+  local first name m k
+  mkdir -p $ENG /tmp/edgert-eng-parts
+  cp -n .gpu/engines/*/eng.* /tmp/edgert-eng-parts/ 2>/dev/null
+  [ -f .gpu/engines/trt85-int8.json ] && [ ! -f /tmp/edgert-int8.json ] && cp .gpu/engines/trt85-int8.json /tmp/edgert-int8.json
+  for first in /tmp/edgert-eng-parts/eng.*.tzst.0-of-*; do
+    [ -f "$first" ] || continue
+    name=${first%.tzst.0-of-*} m=${first##*-of-}
+    [ -f "$name.restored" ] && continue
+    [ "$(ls "$name".tzst.*-of-"$m" | wc -l)" = "$m" ] || { echo "engines: $(basename "$name") waits for parts"; continue; }
+    for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | zstd -dq | tar x -C $ENG && touch "$name.restored" &&
+      echo "engines: $(basename "${name#*/eng.}") restored"
+  done
 }
 
 through() {  # builds, measure, pipeline, each resumable, within one device run's limit (END: epoch seconds)
@@ -365,6 +432,7 @@ pack_int8() {
 
 case "$step" in
   pack) pack ;;
+  keep) keep "${2:-}" ;;
   models) make_models ;;
   pack-int8) pack_int8 ;;
   int8-extra) mkdir -p /tmp/edgert-int8 && tar xf .gpu/tb/int8.tar -C /tmp/edgert-int8 && ls -la /tmp/edgert-int8 ;;
