@@ -11,7 +11,9 @@ TensorRT 8.x) and DETAILED layer information, then:
   the engine's compute-only batch-16 figure), and ``edgert bench`` on it.
 
 ``--jobs N`` builds N engines at once, each in its own process (a build is mostly one CPU core's work; the
-JSON keeps each build's CPU seconds beside its wall seconds, so a reader can tell whether they contended).
+JSON keeps each build's CPU seconds beside its wall seconds, so a reader can tell whether they contended). Each
+build row has a ``trace`` of TensorRT's verbose log: where the builder's time went, by timing runner, and its
+longest silences (a build on 8.5 takes minutes with the GPU idle, and this says on what).
 
 Variants come from a folder of quantized models named ``{model}-edgert.onnx``, ``{model}-edgert-full.onnx``,
 ``{model}-modelopt.onnx`` (and ``{model}-edgert.calib`` for implicit INT8); a missing one is left out and said.
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import heapq
 import json
+import logging
 import os
 import resource
 import shutil
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +90,61 @@ def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int
     options = BuildOptions(backend=backend, precision=VARIANTS[variant][1], profiles=tuple(parse_shapes(shapes)),
                            calib_cache=cache, detailed_layers=True, contexts=CONTEXTS)
     t0, cpu0 = time.perf_counter(), _cpu_s()
-    result = build_engine(batched, out, options)
+    with traced() as trace:
+        result = build_engine(batched, out, options)
     return {"source": str(src), "batched": str(batched), "engine": str(result.engine), "status": result.status,
             "build_s": round(time.perf_counter() - t0, 1), "build_cpu_s": round(_cpu_s() - cpu0, 1),
             "engine_mb": round(result.record.engine_bytes / 1e6, 2), "contexts": CONTEXTS,
-            "inputs": {k: list(r) for k, r in rest.items()}}
+            "inputs": {k: list(r) for k, r in rest.items()}, "trace": trace.summary()}
+
+
+class BuildTrace(logging.Handler):
+    """TensorRT's verbose build log reduced as it comes: seconds per timing runner (a layer's tactic search) and
+    the longest silences with the message before each. The whole log of one build is hundreds of MB."""
+
+    def __init__(self, keep: int = 25) -> None:
+        super().__init__(level=5)
+        self.keep, self.lines = keep, 0
+        self.start = self.last = self.runner_t = time.perf_counter()
+        self.previous, self.runner = "(start)", "(before the first timing runner)"
+        self.runners: dict[str, float] = {}
+        self.silences: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        now, msg = time.perf_counter(), record.getMessage()
+        heapq.heappush(self.silences, (now - self.last, self.previous[:240]))
+        if len(self.silences) > self.keep:
+            heapq.heappop(self.silences)
+        if "Timing Runner:" in msg:
+            self.runners[self.runner] = self.runners.get(self.runner, 0.0) + now - self.runner_t
+            self.runner, self.runner_t = msg.split("Timing Runner:", 1)[1].strip()[:160], now
+        self.lines, self.last, self.previous = self.lines + 1, now, msg
+
+    def summary(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        runners = dict(self.runners)
+        runners[self.runner] = runners.get(self.runner, 0.0) + now - self.runner_t
+        top = sorted(runners.items(), key=lambda kv: -kv[1])[:self.keep]
+        return {"lines": self.lines, "seconds": round(now - self.start, 1), "timing_runners": len(runners),
+                "runner_s": {k: round(v, 2) for k, v in top},
+                "silences": [{"s": round(s, 2), "after": m} for s, m in sorted(self.silences, reverse=True)]}
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[BuildTrace]:
+    """TensorRT's verbose log (edgert routes it to the ``edgert.tensorrt`` logger) into a BuildTrace, kept from
+    the console; the level is set before the build makes its logger, which asks it once."""
+    logger, trace = logging.getLogger("edgert.tensorrt"), BuildTrace()
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(5)
+    logger.propagate = False
+    logger.addHandler(trace)
+    try:
+        yield trace
+    finally:
+        logger.removeHandler(trace)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _cpu_s() -> float:
@@ -248,7 +303,7 @@ def main() -> int:
             kept = data["models"][name].setdefault(variant, {})
             if not (row.get("status") == "reused" and kept.get("build", {}).get("status") in ("built", "rebuilt")):
                 kept["build"] = row  # a resumed run finds the engine built: the first build's figures stay
-            print(f"{name} {variant}: {row.get('error') or row}", flush=True)
+            print(f"{name} {variant}: {row.get('error') or {k: v for k, v in row.items() if k != 'trace'}}", flush=True)
             write_json(args.out, data)
 
         data["build_jobs"] = args.jobs

@@ -7,8 +7,8 @@
 #          builder resource into .gpu/ta/1..N, then prints the chain of runs (8 with every detector).
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came; restores .gpu/timing/timing-cache.tgz when carried),
-#          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=6 engines built at
-#          once), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
+#          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=3 engines built at
+#          once: five at once made each 2.6 times longer, and only a finished engine is kept for the next session), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
 #          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
 #          tests, update.
 #   here, after each call: bash scripts/gpu_trt85.sh keep FILES_AT   keeps its results (.gpu/results), timing
@@ -232,17 +232,17 @@ start() {
   rm -rf $PROG && mkdir -p $PROG/out
   STEPS="${STEPS:-$STEPS_DEFAULT}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
   echo $! > $PROG/pid
-  echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-6}"
+  echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-3}"
 }
 
 # The default programme, most wanted first: each table:MODELS:VARIANTS step builds its engines (JOBS at once),
 # then measures them and runs them through edgert run, so a session's device time ends on whole rows; a STEP&
 # runs beside the steps after it, and the next measurement waits for it
-STEPS_DEFAULT="buildtime-build& table:yolov3tiny,yolov8s:fp16,int8-edgert,int8-modelopt buildtime-measure tests
+STEPS_DEFAULT="table:yolov3tiny:fp16,int8-edgert,int8-modelopt table:yolov8s:fp16,int8-edgert,int8-modelopt tests
 table:nanodet:fp16,int8-edgert,int8-implicit table:yolov3tiny,yolov8s,nanodet:fp32,int8-edgert-full update"
 
 programme() {  # STEPS one after another, each to its end (LIMIT: a bound for a step that hangs)
-  export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-6}
+  export OUT=$PROG/out LIMIT=${LIMIT:-3000} JOBS=${JOBS:-3}
   local s models phase
   for s in $STEPS; do
     echo "== $s $(date -u +%T)"
