@@ -9,6 +9,8 @@
 #                                        sent so far; once all parts and the GPU stack are there, run the tests
 #                                        and the benchmark, writing logs and JSON to $OUT (or ./gpu-pipeline-out)
 #   bash scripts/gpu_pipeline.sh bench [--steps ...]   the benchmark alone (the parts already collected)
+#   bash scripts/gpu_pipeline.sh update  GPU machine, the parts collected: scripts/bench_model_update.py on ONNX
+#                                        Runtime CUDA with the GPU processor (FRAMES=20000, a model at frame 2000)
 # With EDGERT_ASSETS already pointing at a full assets folder, `run` skips the parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,11 @@ gpu_ready gp
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
+if [ "$cmd" = update ]; then  # a model dropped into a running GPU-processor pipeline on ONNX Runtime CUDA
+  python3 scripts/bench_model_update.py --backend onnxruntime-cuda --processing gpu --frames "${FRAMES:-20000}" \
+    --drop-at 2000 --out "$out/model-update-ort-cuda.json" 2>&1 | tee "$out/update.log" | tail -40
+  exit
+fi
 if [ "$cmd" = run ]; then
   python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -25
 fi
