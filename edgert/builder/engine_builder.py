@@ -294,6 +294,8 @@ def _build_plan(trt: ModuleType, info: OnnxInfo, options: BuildOptions, profiles
             monitor = progress.monitor(trt)
             if monitor is not None and hasattr(config, "progress_monitor"):
                 config.progress_monitor = monitor
+            else:
+                progress.follow_log(trt, logger)
             try:
                 plan = builder.build_serialized_network(network, config)
             except (RuntimeError, TypeError) as exc:

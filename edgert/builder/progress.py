@@ -1,11 +1,14 @@
 """A progress indicator on stderr for engine builds, which take minutes on a Jetson.
 
-TensorRT 10+ reports build phases through ``IProgressMonitor``; older versions report nothing, so a
-ticking elapsed-time bar runs in any case and TensorRT's phases, when they come, become its label.
+TensorRT 10+ reports build phases through ``IProgressMonitor``. Older versions (JetPack 5's 8.5, where a
+detector's INT8 build takes many minutes) have none, so there the label follows the builder's verbose log
+instead: the optimization profile being tuned and the layers timed so far. A ticking elapsed-time bar runs in
+any case.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -13,6 +16,15 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 __all__ = ["BuildProgress"]
+
+# TensorRT 8.x's verbose build log: the graph's layer count after each optimization pass (the last one before
+# the profiles is what the builder times), each profile, each layer's timing runner ("--------------- Timing
+# Runner: Conv_0 + Relu_1 (CaskConvolution)"; TensorRT-RTX adds " [profile 2]"), and the end of tuning
+_LAYERS = re.compile(r"^After [\w\s-]+: (\d+) layers$")
+_PROFILE = re.compile(r"Constructing optimization profile number \d+ \[(\d+)/(\d+)\]")
+_RUNNER = re.compile(r"Timing Runner: (.+) \([^()]*\)$")
+_PROFILE_TAG = re.compile(r"\s*\[profile \d+\]")
+_DONE = "Engine generation completed"
 
 
 class BuildProgress:
@@ -28,6 +40,8 @@ class BuildProgress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._profile, self._layers = "", 0  # what the log has said (TensorRT < 10)
+        self._timed: set[str] = set()
 
     def __enter__(self) -> BuildProgress:
         self._t0 = time.monotonic()
@@ -59,6 +73,33 @@ class BuildProgress:
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
+
+    def follow_log(self, trt: ModuleType, logger: Any) -> bool:
+        """Where TensorRT has no progress monitor (< 10), label the bar from ``logger``'s messages (a logger made by
+        :func:`edgert.engine.trt_logger.make_logger`, turned to verbose for the build). True when it does."""
+        if not self.enabled or getattr(trt, "IProgressMonitor", None) is not None:
+            return False
+        logger.min_severity = trt.ILogger.Severity.VERBOSE
+        logger.listener = self.from_log
+        return True
+
+    def from_log(self, message: str) -> None:
+        """One message of TensorRT's build log: the label becomes ``profile i/n: k of N layers timed (name)``."""
+        if m := _LAYERS.search(message):
+            self._layers = int(m.group(1))
+        elif m := _PROFILE.search(message):
+            self._profile = f"profile {m.group(1)}/{m.group(2)}: "
+            self._timed.clear()
+        elif m := _RUNNER.search(message):
+            name = _PROFILE_TAG.sub("", m.group(1)).strip()
+            if name.startswith("Optimizer Reformat"):  # a format conversion TensorRT times, not a network layer
+                return
+            self._timed.add(name)
+            k = len(self._timed)
+            of = f" of {self._layers}" if k <= self._layers else ""
+            self.phase = f"{self._profile}{k}{of} layers timed ({name[:48]})"
+        elif message.startswith(_DONE):
+            self.phase = "writing the engine"
 
     def monitor(self, trt: ModuleType) -> Any:
         """A ``trt.IProgressMonitor`` feeding this indicator, or None where TensorRT has none (< 10)."""

@@ -4,7 +4,8 @@ TensorRT's own WARNING level is mostly performance notes ("IShuffleLayer ... may
 consumption" dozens of times per YOLO build), so it maps to INFO (``-v`` shows it); errors stay errors.
 Errors are also kept, so a failed parse or build can put TensorRT's own reason into one
 :class:`~edgert.errors.BuildError` line. While :meth:`RoutedLogger.capturing` is active, errors are only
-kept (logged at DEBUG): the caller reports them itself, once.
+kept (logged at DEBUG): the caller reports them itself, once. A ``listener`` sees every message first (the
+build progress of TensorRT versions without a progress monitor reads the builder's verbose log).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -42,9 +43,12 @@ def make_logger(trt: ModuleType) -> Any:
             self.min_severity = sev.VERBOSE if log.isEnabledFor(logging.DEBUG - 5) else sev.INFO
             self.errors: list[str] = []
             self._capture = threading.local()
+            self.listener: Callable[[str], None] | None = None  # every message, before its routing
 
         def log(self, severity: Any, msg: str) -> None:
             text = str(msg).strip()
+            if self.listener is not None:
+                self.listener(text)
             if severity in errors:
                 self.errors.append(text)
                 del self.errors[:-_MAX_KEPT]
