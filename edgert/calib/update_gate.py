@@ -96,18 +96,29 @@ def _engine(candidate: str, job: dict[str, Any], result: dict[str, Any]) -> str 
     says why on failure."""
     import subprocess
 
+    from edgert.builder.progress import progress_percent
+
     _say(progress=20, step="building engine")
     batch = int(job.get("batch") or 1)
     argv = [sys.executable, "-m", "edgert.cli.main", "build", candidate, "--backend", str(job["backend"]),
             "--precision", "int8" if job.get("precision") == "int8" else str(job.get("engine_precision", "fp16")),
-            "--no-progress", "--json"]
+            "--progress", "--json"]
     argv += ["--batch", str(batch)] if batch > 1 else ["-o", str(Path(candidate).with_suffix(".engine"))]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
-        result.update(ok=False, why=f"the engine build failed: {' '.join(last)[:300]}")
+    # the build's progress lines (stderr is no terminal here) move this job from 20 to 40 %; its other stderr
+    # lines are kept for the reason of a failure. stdout holds one JSON line, read once stderr has closed.
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    for line in child.stderr or ():
+        pct = progress_percent(line)
+        if pct is not None:
+            _say(progress=20 + pct // 5, step="building engine")
+        elif line.strip():
+            said = [*said[-9:], line.rstrip()]
+    out = child.stdout.read() if child.stdout else ""
+    if child.wait() != 0:
+        result.update(ok=False, why=f"the engine build failed: {' '.join(said[-1:])[:300]}")
         return None
-    engine = str(json.loads(done.stdout)["engine"])
+    engine = str(json.loads(out)["engine"])
     result["engine"] = engine
     return engine
 

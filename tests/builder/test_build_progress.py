@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from edgert._lazy import is_importable
-from edgert.builder.progress import BuildProgress
-from tests.helpers import tiny_model
+from edgert.builder.progress import BuildProgress, progress_percent
+from tests.helpers import run_cli, tiny_model
 
 needs_rtx = pytest.mark.skipif(not is_importable("tensorrt_rtx"),
                                reason="tensorrt_rtx not installed: pip install 'edgert[rtx]'")
@@ -59,6 +59,19 @@ def test_the_label_follows_tensorrt_8s_profiles_and_timed_layers() -> None:
         "profile 2/2: 2 of 22 layers timed (head/Conv2D + PWN(head/Sigmoid))",
         "writing the engine",
     ]
+
+
+def test_without_a_terminal_progress_is_a_line_for_each_tenth_reached(capsys: pytest.CaptureFixture[str]) -> None:
+    """--progress where stderr is no terminal (a journal, the model-update child): lines, read back by
+    progress_percent. Layers timed of the graph's count within each profile make the fraction."""
+    progress = BuildProgress("yolov3-tiny.onnx", enabled=True)
+    assert progress.lines
+    with progress:
+        labels(progress, TRT8_BUILD)
+    err = capsys.readouterr().err.splitlines()
+    assert [progress_percent(line) for line in err] == [2, 52, 100], err
+    assert err[1] == "building yolov3-tiny.onnx: 52 % (profile 2/2: 1 of 22 layers timed (conv_0 + leaky_1); 0 s)"
+    assert progress_percent("built m.engine [tensorrt 8.5.3.1, fp16, 18.9 MB] in 212.4 s") is None
 
 
 def test_more_layers_timed_than_the_graph_said_drops_the_total() -> None:
@@ -113,3 +126,17 @@ def test_a_real_builders_log_moves_the_label_through_every_profile(tmp_path: Pat
     seen = labels(BuildProgress("m.onnx", enabled=False), messages)
     for i in (1, 2, 3):
         assert any(s.startswith(f"profile {i}/3: 1 ") and "layers timed" in s for s in seen), seen
+
+
+@needs_rtx
+def test_edgert_build_progress_writes_lines_only_when_asked(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path / "m.onnx")
+    env = {"EDGERT_CACHE_DIR": str(tmp_path / "cache")}
+    asked = run_cli("build", str(model), "--backend", "tensorrt-rtx", "--progress", "-o", str(tmp_path / "a.engine"),
+                    env=env, timeout=300)
+    assert asked.returncode == 0, asked.stderr
+    said = [p for p in map(progress_percent, asked.stderr.splitlines()) if p is not None]
+    assert said and said == sorted(said) and said[-1] <= 100, asked.stderr
+    quiet = run_cli("build", str(model), "--backend", "tensorrt-rtx", "-o", str(tmp_path / "b.engine"), env=env,
+                    timeout=300)
+    assert quiet.returncode == 0 and "building " not in quiet.stderr, quiet.stderr

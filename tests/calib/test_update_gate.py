@@ -81,6 +81,9 @@ def test_an_engine_is_built_in_the_child_beside_the_candidate(assets: Path, tmp_
 
     lines = _engine_gate(assets, tmp_path)
     assert lines[0] == {"progress": 20, "step": "building engine"}
+    # the build's own progress lines move the job on from 20 towards 40 % while it builds
+    building = [line["progress"] for line in lines if line.get("step") == "building engine"]
+    assert len(building) > 2 and building == sorted(building) and 20 < building[-1] <= 40, building
     assert (tmp_path / "cam.engine").exists() and (tmp_path / "cam.engine.json").exists()
     if not gpu_present()[0]:
         result: Any = lines[-1]["result"]
@@ -92,7 +95,7 @@ def test_a_run_of_several_sources_gets_the_batch_engine_it_opens(assets: Path, t
     with a profile per GPU slot (``edgert build --batch 4``): the child builds that one, not a batch-1 engine."""
     pytest.importorskip("tensorrt_rtx")
     lines = _engine_gate(assets, tmp_path, batch=4)
-    assert lines[1] == {"progress": 40, "step": "opening"}  # built
+    assert {"progress": 40, "step": "opening"} in lines  # built
     (engine,) = (tmp_path / "cache" / "batch").glob("*.batch.engine")
     assert not (tmp_path / "cam.engine").exists()
     side = json.loads(engine.with_name(engine.name + ".json").read_text())
