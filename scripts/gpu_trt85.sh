@@ -8,7 +8,8 @@
 #   there: each run `source .gpu/trt85/PART/setup.sh; bash scripts/gpu_trt85.sh STEP`, STEP one of
 #          unpack (collect the parts; ready once all came; restores .gpu/timing/timing-cache.tgz when carried),
 #          start (the programme in the background: STEPS, default STEPS_DEFAULT below; JOBS=3 engines built at
-#          once: five at once made each 2.6 times longer, and only a finished engine is kept for the next session), watch [SECONDS] (wait up to SECONDS, bring back its results and timing caches),
+#          once: five at once made each 2.6 times longer, and only a finished engine is kept for the next
+#          session), watch [SECONDS] (wait up to SECONDS, bring back its results, timing caches and engines),
 #          or one step within one call: smoke, builds, int8 [MODELS] (PHASE=build|measure|pipeline), through,
 #          tests, update.
 #   here, after each call: bash scripts/gpu_trt85.sh keep FILES_AT   keeps its results (.gpu/results), timing
@@ -293,14 +294,21 @@ watch() {  # up to $1 seconds (570), or until the programme ends; its results in
 # run each beside the chain: unpack puts them back), so its builds find them in edgert's engine cache (which
 # rebuilds one whose sidecar names another GPU or TensorRT) and its device time goes to measuring
 ENG=/tmp/edgert-trt-int8
+gpu_tag() {  # h100 or h200: the parts are named by the GPU they were built on, and restored only on that GPU
+  local tag
+  tag=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9][0-9]*' | head -1)
+  echo "${tag:-gpu}" | tr 'H' 'h'
+}
+
 send_engines() {  # $1: how many part files of at most 15 MiB this call may bring back
   local room=$1 e n m k part
   mkdir -p $PROG/parts && touch $PROG/sent
   for e in $ENG/*.engine; do
     [ -f "$e.json" ] || continue  # the sidecar is written once the engine is whole
-    n=$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
+    n=$(gpu_tag).$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
     rm -f $PROG/parts/eng.$n.tzst.*
-    tar cf - -C $ENG "$n" "$n.json" | zstd -q -3 | split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
+    tar cf - -C $ENG "$(basename "$e")" "$(basename "$e").json" | zstd -q -3 |
+      split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
     m=$(ls $PROG/parts/eng.$n.tzst.* | wc -l)
     for ((k = 0; k < m; k++)); do mv $PROG/parts/eng.$n.tzst.$k $PROG/parts/eng.$n.tzst.$k-of-$m; done
     touch $PROG/parts/$n.packed
@@ -335,10 +343,10 @@ keep() {  # here, after each device call: DIR (the reply's files_at) into .gpu: 
   done
 }
 
-restore_engines() {  # the carried parts (.gpu/engines/*/eng.*), each engine once all its parts have come
+restore_engines() {  # the carried parts (.gpu/engines/*/eng.GPU.*) of this GPU, each engine once all its parts came
   local first name m k
   mkdir -p $ENG /tmp/edgert-eng-parts
-  cp -n .gpu/engines/*/eng.* /tmp/edgert-eng-parts/ 2>/dev/null
+  cp -n .gpu/engines/*/eng."$(gpu_tag)".* /tmp/edgert-eng-parts/ 2>/dev/null
   [ -f .gpu/engines/trt85-int8.json ] && [ ! -f /tmp/edgert-int8.json ] && cp .gpu/engines/trt85-int8.json /tmp/edgert-int8.json
   for first in /tmp/edgert-eng-parts/eng.*.tzst.0-of-*; do
     [ -f "$first" ] || continue
@@ -346,7 +354,7 @@ restore_engines() {  # the carried parts (.gpu/engines/*/eng.*), each engine onc
     [ -f "$name.restored" ] && continue
     [ "$(ls "$name".tzst.*-of-"$m" | wc -l)" = "$m" ] || { echo "engines: $(basename "$name") waits for parts"; continue; }
     for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | zstd -dq | tar x -C $ENG && touch "$name.restored" &&
-      echo "engines: $(basename "${name#*/eng.}") restored"
+      echo "engines: ${name#*/eng.} restored"
   done
 }
 
