@@ -156,7 +156,9 @@ unpack() {
   # an earlier session's timing caches (watch brings them back; carry .gpu/timing): TensorRT skips the timing of
   # layers it finds there, and a cache of another GPU or driver is named otherwise and left alone
   [ -f .gpu/timing/timing-cache.tgz ] && mkdir -p /root/.cache/edgert && tar xzf .gpu/timing/timing-cache.tgz -C /root/.cache/edgert
-  [ -d .gpu/engines ] && restore_engines
+  # carried engine parts are kept at once (the carried folder is there for this call only), put back once ready
+  mkdir -p /tmp/edgert-eng-parts && cp -n .gpu/engines/*/eng.* /tmp/edgert-eng-parts/ 2>/dev/null
+  [ -f .gpu/engines/trt85-int8.json ] && [ ! -f /tmp/edgert-int8.json ] && cp .gpu/engines/trt85-int8.json /tmp/edgert-int8.json
   if [ ! -f $ASSETS/.done ] && stream ta; then
     rm -rf $ASSETS.stage && mkdir -p $ASSETS.stage && cat $TA/ta.* | dec | tar x -C $ASSETS.stage || return 1
     mv $ASSETS.stage/assets $ASSETS && mv $ASSETS.stage/int8 /tmp/edgert-int8 && touch $ASSETS/.done
@@ -169,6 +171,7 @@ unpack() {
   [ -f $ASSETS/.done ] && echo "assets: ready" || stream ta
   [ -f /tmp/edgert-br.done ] && echo "builder resource: ready" || stream br
   [ -f $ASSETS/.done ] && [ -f /tmp/edgert-br.done ] || return 3
+  restore_engines
   opencv || echo "opencv: not importable by Python 3.9 (a run carrying .gpu/cvw brings the wheel); builds and latency go on"
 }
 
@@ -289,11 +292,15 @@ watch() {  # up to $1 seconds (570), or until the programme ends; its results in
   [ -f $PROG/done ] && echo "programme done" || echo "programme running"; tail -c 6000 $PROG/log
 }
 
-# The INT8 table's finished engines go back to the machine the runs come from, a few parts per call: an INT8
-# build on 8.5 here outlasts a session's device time, and the next session carries them (.gpu/engines/N, one
-# run each beside the chain: unpack puts them back), so its builds find them in edgert's engine cache (which
-# rebuilds one whose sidecar names another GPU or TensorRT) and its device time goes to measuring
+# Finished engines (the INT8 table's, tests/gpu's) go back to the machine the runs come from, a few parts per
+# call: an INT8 build on 8.5 here outlasts a session's device time, and the next session carries them
+# (.gpu/engines/N, one run each beside the chain: unpack puts them back once ready), so its builds find them in
+# edgert's engine cache (which rebuilds one whose sidecar names another TensorRT) and its device time goes to
+# measuring
 ENG=/tmp/edgert-trt-int8
+# where engines are built, by the key their parts carry: the INT8 table's, tests/gpu's beside the assets'
+# models, and those beside the cached dynamic-batch rewrites (edgert run --batch, tests/gpu's batched runs)
+declare -A ENGDIRS=([int8]=$ENG [assets]=$ASSETS/models/detection [batch]=/root/.cache/edgert/batch)
 gpu_tag() {  # h100 or h200: the parts are named by the GPU they were built on, and restored only on that GPU
   local tag
   tag=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -o 'H[0-9][0-9]*' | head -1)
@@ -301,17 +308,19 @@ gpu_tag() {  # h100 or h200: the parts are named by the GPU they were built on, 
 }
 
 send_engines() {  # $1: how many part files of at most 15 MiB this call may bring back
-  local room=$1 e n m k part
+  local room=$1 key e n m k part
   mkdir -p $PROG/parts && touch $PROG/sent
-  for e in $ENG/*.engine; do
-    [ -f "$e.json" ] || continue  # the sidecar is written once the engine is whole
-    n=$(gpu_tag).$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
-    rm -f $PROG/parts/eng.$n.tzst.*
-    tar cf - -C $ENG "$(basename "$e")" "$(basename "$e").json" | zstd -q -3 |
-      split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
-    m=$(ls $PROG/parts/eng.$n.tzst.* | wc -l)
-    for ((k = 0; k < m; k++)); do mv $PROG/parts/eng.$n.tzst.$k $PROG/parts/eng.$n.tzst.$k-of-$m; done
-    touch $PROG/parts/$n.packed
+  for key in "${!ENGDIRS[@]}"; do
+    for e in "${ENGDIRS[$key]}"/*.engine; do
+      [ -f "$e.json" ] || continue  # the sidecar is written once the engine is whole
+      n=$(gpu_tag).$key.$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
+      rm -f $PROG/parts/eng.$n.tzst.*
+      tar cf - -C "${ENGDIRS[$key]}" "$(basename "$e")" "$(basename "$e").json" | zstd -q -3 |
+        split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
+      m=$(ls $PROG/parts/eng.$n.tzst.* | wc -l)
+      for ((k = 0; k < m; k++)); do mv $PROG/parts/eng.$n.tzst.$k $PROG/parts/eng.$n.tzst.$k-of-$m; done
+      touch $PROG/parts/$n.packed
+    done
   done
   for part in $PROG/parts/eng.*; do
     [ -f "$part" ] && [ "$room" -gt 0 ] || continue
@@ -343,18 +352,18 @@ keep() {  # here, after each device call: DIR (the reply's files_at) into .gpu: 
   done
 }
 
-restore_engines() {  # the carried parts (.gpu/engines/*/eng.GPU.*) of this GPU, each engine once all its parts came
-  local first name m k
-  mkdir -p $ENG /tmp/edgert-eng-parts
-  cp -n .gpu/engines/*/eng."$(gpu_tag)".* /tmp/edgert-eng-parts/ 2>/dev/null
-  [ -f .gpu/engines/trt85-int8.json ] && [ ! -f /tmp/edgert-int8.json ] && cp .gpu/engines/trt85-int8.json /tmp/edgert-int8.json
-  for first in /tmp/edgert-eng-parts/eng.*.tzst.0-of-*; do
+restore_engines() {  # the kept parts of engines built on this GPU, each engine once all its parts have come
+  local first name m k key
+  for first in /tmp/edgert-eng-parts/eng."$(gpu_tag)".*.tzst.0-of-*; do
     [ -f "$first" ] || continue
     name=${first%.tzst.0-of-*} m=${first##*-of-}
     [ -f "$name.restored" ] && continue
     [ "$(ls "$name".tzst.*-of-"$m" | wc -l)" = "$m" ] || { echo "engines: $(basename "$name") waits for parts"; continue; }
-    for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | zstd -dq | tar x -C $ENG && touch "$name.restored" &&
-      echo "engines: ${name#*/eng.} restored"
+    key=$(basename "$name" | cut -d. -f3)
+    [ -n "${ENGDIRS[$key]:-}" ] || { echo "engines: $(basename "$name"): no folder for $key"; continue; }
+    mkdir -p "${ENGDIRS[$key]}"
+    for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | zstd -dq | tar x -C "${ENGDIRS[$key]}" &&
+      touch "$name.restored" && echo "engines: ${name#*/eng.} restored"
   done
 }
 
