@@ -100,3 +100,29 @@ def test_a_run_of_several_sources_gets_the_batch_engine_it_opens(assets: Path, t
     assert not (tmp_path / "cam.engine").exists()
     side = json.loads(engine.with_name(engine.name + ".json").read_text())
     assert side["profiles"][0]["max"][0] == 4 and side["builder_flags"]["contexts"] == 4
+
+
+def test_a_candidate_the_builder_refuses_is_rejected_with_the_builders_reason(tmp_path: Path) -> None:
+    """The build's progress lines are read apart from its other stderr lines: a failed build's own last line is
+    the reason the candidate is rejected (here TensorRT-RTX's parser meeting an operator it has no plugin for)."""
+    pytest.importorskip("tensorrt_rtx")
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    save(model, str(tmp_path / "cam.onnx"))
+    np.savez(tmp_path / "frames.npz", f_0=np.full((288, 384, 3), 114, np.uint8))
+    job = {"candidate": str(tmp_path / "cam.onnx"), "out": str(tmp_path), "frames": str(tmp_path / "frames.npz"),
+           "counts": [{}], "min_map": 0.5, "max_count_ratio": 4.0, "config": {}, "builds_engines": True,
+           "backend": "tensorrt-rtx", "engine_precision": "fp16"}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "EDGERT_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "edgert.calib.update_gate", str(tmp_path / "job.json")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    result = json.loads(r.stdout.splitlines()[-1])["result"]
+    assert not result["ok"]
+    assert result["why"].startswith("the engine build failed: edgert: error: ")
+    assert "Frobnicate" in result["why"] and "\n" not in result["why"]
