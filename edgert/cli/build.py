@@ -49,7 +49,8 @@ def register(subparsers: Any) -> None:
     # --progress / --no-progress by hand: argparse.BooleanOptionalAction needs Python 3.9 (JetPack 5 has 3.8).
     progress = p.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
-                          help="progress indicator on stderr (default: when stderr is a terminal)")
+                          help="progress on stderr: a bar on a terminal, elsewhere a line per tenth of the build "
+                               "(default: on a terminal only)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                           help="no progress indicator")
     p.add_argument("--json", action="store_true", help="print the result and sidecar as JSON")
