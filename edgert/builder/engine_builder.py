@@ -129,8 +129,12 @@ def _network_flags(trt: ModuleType, strongly_typed: bool) -> int:
 
 
 def _major(trt: ModuleType) -> int:
+    return _major_of(str(trt.__version__))
+
+
+def _major_of(version: str) -> int:
     try:
-        return int(str(trt.__version__).split(".")[0])
+        return int(version.split(".")[0])
     except ValueError:
         return 0
 
@@ -181,8 +185,7 @@ def qdq_scale_refusal(info: OnnxInfo, backend: str, trt_version: str) -> str | N
     ModelOpt's default INT8 detectors on their first weight QuantizeLinear ("Scale coefficients must all be
     positive") though every scale was positive: they were FP16, as ModelOpt writes them by default for
     TensorRT 10."""
-    major = int(trt_version.split(".")[0]) if trt_version.split(".")[0].isdigit() else 0
-    if backend != "tensorrt" or major >= 10 or "float16" not in info.qdq_scale_types:
+    if backend != "tensorrt" or _major_of(trt_version) >= 10 or "float16" not in info.qdq_scale_types:
         return None
     return (f"{info.path.name}: its Q/DQ scales are FP16, which TensorRT {trt_version}'s ONNX parser cannot read "
             "(TensorRT 10 can). Note: quantize it with FP32 around the Q/DQ (edgert calibrate; ModelOpt: "
