@@ -43,6 +43,8 @@ from typing import Any
 
 from _bench import assets_dir, machine_info, write_json
 
+from edgert.builder.progress import timing_runner
+
 MODELS = {"nanodet": "nanodet-m-416-coco-v8layout.onnx", "yolov8s": "yolov8s-fall-640.onnx",
           "yolov3tiny": "yolov3-tiny-coco-416.onnx"}
 #: variant -> (source file name pattern, precision); "{fp32}" is the shared FP32 model
@@ -98,7 +100,7 @@ def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int
             "inputs": {k: list(r) for k, r in rest.items()}, "trace": trace.summary()}
 
 
-class BuildTrace(logging.Handler):
+class BuildTrace(logging.Handler):  # edgert's build progress reads the same log, through the same parser
     """TensorRT's verbose build log reduced as it comes: seconds per timing runner (a layer's tactic search) and
     the longest silences with the message before each. The whole log of one build is hundreds of MB."""
 
@@ -115,9 +117,10 @@ class BuildTrace(logging.Handler):
         heapq.heappush(self.silences, (now - self.last, self.previous[:240]))
         if len(self.silences) > self.keep:
             heapq.heappop(self.silences)
-        if "Timing Runner:" in msg:
+        runner = timing_runner(msg)
+        if runner:
             self.runners[self.runner] = self.runners.get(self.runner, 0.0) + now - self.runner_t
-            self.runner, self.runner_t = msg.split("Timing Runner:", 1)[1].strip()[:160], now
+            self.runner, self.runner_t = f"{runner[0][:140]} ({runner[1]})", now
         self.lines, self.last, self.previous = self.lines + 1, now, msg
 
     def summary(self) -> dict[str, Any]:

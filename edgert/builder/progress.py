@@ -17,17 +17,24 @@ import time
 from types import ModuleType, TracebackType
 from typing import Any
 
-__all__ = ["BuildProgress", "progress_percent"]
+__all__ = ["BuildProgress", "progress_percent", "timing_runner"]
 
 # TensorRT 8.x's verbose build log: the graph's layer count after each optimization pass (the last one before
 # the profiles is what the builder times), each profile, each layer's timing runner ("--------------- Timing
 # Runner: Conv_0 + Relu_1 (CaskConvolution)"; TensorRT-RTX adds " [profile 2]"), and the end of tuning
 _LAYERS = re.compile(r"^After [\w\s-]+: (\d+) layers$")
 _PROFILE = re.compile(r"Constructing optimization profile number \d+ \[(\d+)/(\d+)\]")
-_RUNNER = re.compile(r"Timing Runner: (.+) \([^()]*\)$")
+_RUNNER = re.compile(r"Timing Runner: (.+) \(([^()]*)\)$")
 _PROFILE_TAG = re.compile(r"\s*\[profile \d+\]")
 _DONE = "Engine generation completed"
 _LINE = re.compile(r"^building .+: (\d{1,3}) % \(")
+
+
+def timing_runner(message: str) -> tuple[str, str] | None:
+    """(layer, tactic kind) of a "Timing Runner" message of TensorRT's verbose build log, the layer without
+    TensorRT-RTX's profile tag; None for any other message."""
+    m = _RUNNER.search(message)
+    return (_PROFILE_TAG.sub("", m.group(1)).strip(), m.group(2)) if m else None
 
 
 def progress_percent(line: str) -> int | None:
@@ -114,8 +121,8 @@ class BuildProgress:
             self._profile = f"profile {m.group(1)}/{m.group(2)}: "
             self._place = (int(m.group(1)) - 1, int(m.group(2)))
             self._timed.clear()
-        elif m := _RUNNER.search(message):
-            name = _PROFILE_TAG.sub("", m.group(1)).strip()
+        elif runner := timing_runner(message):
+            name = runner[0]
             if name.startswith("Optimizer Reformat"):  # a format conversion TensorRT times, not a network layer
                 return
             self._timed.add(name)
