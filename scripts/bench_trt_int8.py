@@ -1,7 +1,7 @@
 """INT8 measured as engine speed on a real TensorRT: per detector, FP32 / FP16 / edgert's default INT8 /
 edgert --full-int8 / NVIDIA ModelOpt's INT8 (and implicit INT8 from a calibration cache where one is given),
-each built once with a batch profile 1..32 tuned for 16 (four copies: the GPU processor's slots each take one on
-TensorRT 8.x) and DETAILED layer information, then:
+each built once with a batch profile 1..32 tuned for 16 (``CONTEXTS`` copies, 4 unless set: the GPU processor's
+slots each take one on TensorRT 8.x) and DETAILED layer information, then:
 
 - engine latency (p50/p99 of one call) and throughput (frames/s) at batch 1, 16 and 32 (``edgert bench``'s loop);
 - the layer report: compute layers by precision, float layers, reformat layers (TensorRT's engine inspector);
@@ -100,7 +100,7 @@ def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int
             "inputs": {k: list(r) for k, r in rest.items()}, "trace": trace.summary()}
 
 
-class BuildTrace(logging.Handler):  # edgert's build progress reads the same log, through the same parser
+class BuildTrace(logging.Handler):
     """TensorRT's verbose build log reduced as it comes: seconds per timing runner (a layer's tactic search) and
     the longest silences with the message before each. The whole log of one build is hundreds of MB."""
 
