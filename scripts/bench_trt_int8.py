@@ -13,7 +13,9 @@ slots each take one on TensorRT 8.x) and DETAILED layer information, then:
 ``--jobs N`` builds N engines at once, each in its own process (a build is mostly one CPU core's work; the
 JSON keeps each build's CPU seconds beside its wall seconds, so a reader can tell whether they contended). Each
 build row has a ``trace`` of TensorRT's verbose log: where the builder's time went, by timing runner, and its
-longest silences (a build on 8.5 takes minutes with the GPU idle, and this says on what).
+longest silences (a build on 8.5 takes minutes with the GPU idle, and this says on what). While a build runs,
+its trace so far is rewritten every 15 s to ``$OUT/trace.{model}.{variant}.json`` (or beside the engines), so a
+build that outlives its device call still says where it is.
 
 Variants come from a folder of quantized models named ``{model}-edgert.onnx``, ``{model}-edgert-full.onnx``,
 ``{model}-modelopt.onnx`` (and ``{model}-edgert.calib`` for implicit INT8); a missing one is left out and said.
@@ -35,6 +37,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -92,7 +95,8 @@ def build(name: str, variant: str, int8_dir: Path, engines: Path, max_batch: int
     options = BuildOptions(backend=backend, precision=VARIANTS[variant][1], profiles=tuple(parse_shapes(shapes)),
                            calib_cache=cache, detailed_layers=True, contexts=CONTEXTS)
     t0, cpu0 = time.perf_counter(), _cpu_s()
-    with traced() as trace:
+    live = Path(os.environ.get("OUT", engines)) / f"trace.{name}.{variant}.json"
+    with traced(live) as trace:
         result = build_engine(batched, out, options)
     return {"source": str(src), "batched": str(batched), "engine": str(result.engine), "status": result.status,
             "build_s": round(time.perf_counter() - t0, 1), "build_cpu_s": round(_cpu_s() - cpu0, 1),
@@ -106,7 +110,7 @@ class BuildTrace(logging.Handler):
 
     def __init__(self, keep: int = 25) -> None:
         super().__init__(level=5)
-        self.keep, self.lines = keep, 0
+        self.keep, self.lines, self.mutex = keep, 0, threading.Lock()
         self.start = self.last = self.runner_t = time.perf_counter()
         self.previous, self.runner = "(start)", "(before the first timing runner)"
         self.runners: dict[str, float] = {}
@@ -114,6 +118,10 @@ class BuildTrace(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         now, msg = time.perf_counter(), record.getMessage()
+        with self.mutex:
+            self._add(now, msg)
+
+    def _add(self, now: float, msg: str) -> None:
         heapq.heappush(self.silences, (now - self.last, self.previous[:240]))
         if len(self.silences) > self.keep:
             heapq.heappop(self.silences)
@@ -124,27 +132,53 @@ class BuildTrace(logging.Handler):
         self.lines, self.last, self.previous = self.lines + 1, now, msg
 
     def summary(self) -> dict[str, Any]:
+        with self.mutex:
+            return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
         now = time.perf_counter()
         runners = dict(self.runners)
         runners[self.runner] = runners.get(self.runner, 0.0) + now - self.runner_t
         top = sorted(runners.items(), key=lambda kv: -kv[1])[:self.keep]
         return {"lines": self.lines, "seconds": round(now - self.start, 1), "timing_runners": len(runners),
                 "runner_s": {k: round(v, 2) for k, v in top},
-                "silences": [{"s": round(s, 2), "after": m} for s, m in sorted(self.silences, reverse=True)]}
+                "silences": [{"s": round(s, 2), "after": m} for s, m in sorted(self.silences, reverse=True)],
+                "silent_s": round(now - self.last, 1), "last": self.previous[:400]}
 
 
 @contextlib.contextmanager
-def traced() -> Iterator[BuildTrace]:
+def traced(live: Path | None = None, every_s: float = 15.0) -> Iterator[BuildTrace]:
     """TensorRT's verbose log (edgert routes it to the ``edgert.tensorrt`` logger) into a BuildTrace, kept from
-    the console; the level is set before the build makes its logger, which asks it once."""
+    the console; the level is set before the build makes its logger, which asks it once. With ``live``, the
+    summary is rewritten there every ``every_s`` while the build runs, so a build that outlives its device call
+    still says where it is (its ``silent_s`` and ``last`` message)."""
     logger, trace = logging.getLogger("edgert.tensorrt"), BuildTrace()
     level, propagate = logger.level, logger.propagate
     logger.setLevel(5)
     logger.propagate = False
     logger.addHandler(trace)
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.wait(every_s):
+            assert live is not None
+            tmp = live.with_name(live.name + ".tmp")
+            tmp.write_text(json.dumps(trace.summary(), indent=1))
+            tmp.replace(live)
+
+    writer = threading.Thread(target=write, daemon=True, name="build-trace")
+    if live is not None:
+        writer.start()
+    built = False
     try:
         yield trace
+        built = True
     finally:
+        stop.set()
+        if live is not None:
+            writer.join()
+            if built:  # the row's own trace replaces it; a failed build's stays beside its error
+                live.unlink(missing_ok=True)
         logger.removeHandler(trace)
         logger.setLevel(level)
         logger.propagate = propagate
