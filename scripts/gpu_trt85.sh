@@ -236,6 +236,7 @@ start() {
   rm -rf $PROG && mkdir -p $PROG/out
   STEPS="${STEPS:-$STEPS_DEFAULT}" setsid nohup bash "$0" programme > $PROG/log 2>&1 < /dev/null &
   echo $! > $PROG/pid
+  setsid nohup bash "$0" sample > /dev/null 2>&1 < /dev/null &
   echo "programme started: ${STEPS:-$STEPS_DEFAULT}; JOBS=${JOBS:-3}"
 }
 
@@ -279,6 +280,16 @@ buildtime-measure() {
   ready
   (cd scripts && $PY bench_trt_build.py --phase measure --variants "${BT_VARIANTS:-default,no-jit,no-jit-no-edge}" \
     --out $OUT/trt85-build-sources.json) 2>&1 | tail -20
+}
+
+sample() {  # every 30 s while the programme runs: GPU use, CUDA's kernel cache (grows when the driver compiles
+  # PTX) and each build worker's CPU seconds, so a long build's idle GPU is told from its work
+  until [ -f $PROG/done ]; do
+    echo "$(date -u +%T) gpu $(nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv,noheader \
+      2>&1 | tr -d ' ') cuda-cache $(du -sm $CUDA_CACHE_PATH 2>/dev/null | cut -f1) MB workers $(ps -eo pid=,time=,args= \
+      | awk '/python.*(multiprocessing|bench_)/ && !/awk/ {printf "%s:%s ", $1, $2}')" >> $PROG/out/samples.txt
+    sleep 30
+  done
 }
 
 watch() {  # up to $1 seconds (570), or until the programme ends; its results into $OUT (8 files at most)
@@ -456,6 +467,7 @@ case "$step" in
   unpack) unpack ;;
   start) start ;;
   programme) programme ;;
+  sample) sample ;;
   watch) watch "${2:-570}" ;;
   smoke) smoke ;;
   tests) tests ;;
