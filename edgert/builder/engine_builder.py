@@ -30,7 +30,7 @@ from edgert.errors import BuildError, ConfigError
 if TYPE_CHECKING:
     import tensorrt
 
-__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "ParserFailed", "build_engine", "fp16_route",
+__all__ = ["PRECISIONS", "BuildOptions", "BuildResult", "ParserFailed", "build_engine", "folds_constants", "fp16_route",
            "parser_error_line", "qdq_scale_refusal"]
 
 log = logging.getLogger(__name__)
@@ -350,6 +350,39 @@ def _folded_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo | None:
     return inspect_onnx(out)
 
 
+def folds_constants(backend: str, trt_version: str, info: OnnxInfo) -> bool:
+    """Whether the build folds the model's constant nodes first (:mod:`edgert.rewrite.fold`): a Q/DQ model on
+    TensorRT 8.x, whose Q/DQ graph optimizer does not finish on a pointwise node of constants alone."""
+    return backend == "tensorrt" and info.has_qdq and _major_of(trt_version) < 10
+
+
+def _constants_folded(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
+    """``info``'s model with its constant nodes folded by onnx's reference evaluator, cached beside the engines by
+    the model's sha256; ``info`` itself where there is nothing to fold or the folded copy cannot be written."""
+    import onnx
+
+    from edgert.onnx_file import read_onnx
+    from edgert.rewrite.fold import fold_constants
+
+    folder = (options.cache_dir or default_cache_dir()) / "folded"
+    out = folder / f"{info.path.stem}.{info.sha256[:16]}.onnx{onnx.__version__}.folded.onnx"
+    if not out.is_file():
+        model = read_onnx(info.path)
+        count = fold_constants(model)
+        if not count:
+            return info
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.name + ".tmp")
+            onnx.save(model, str(tmp))
+            tmp.replace(out)
+        except (OSError, ValueError) as exc:  # a read-only cache, a model over protobuf's 2 GB
+            log.warning("%s: building it unfolded (%s)", info.path.name, exc)
+            return info
+        log.info("%s: %d constant nodes folded for TensorRT's Q/DQ optimizer (%s)", info.path.name, count, out)
+    return inspect_onnx(out)
+
+
 def fp16_route(options: BuildOptions, strong: bool) -> str | None:
     """How an FP16 engine gets its FP16: ``"builder-flag"`` (TensorRT < 11's BuilderFlag.FP16) or
     ``"onnx-fp16"`` (strongly typed builders: the ONNX is converted, :mod:`edgert.rewrite.fp16`)."""
@@ -422,6 +455,9 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
         raise BuildError(refusal)
     convert = fp16_route(options, strong) == "onnx-fp16"
     flags = _builder_flags(options, strong, info, trt)
+    fold = folds_constants(options.backend, target.trt_version, info)
+    if fold:  # only where it applies, so the engines built before it stay valid
+        flags["constants_folded"] = True
     if convert:  # a new converter may convert differently: part of the key
         from edgert.rewrite.fp16 import converter_version
 
@@ -453,6 +489,8 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     log.info("building %s with %s %s (%s)", info.path.name, options.backend, target.trt_version, options.precision)
     t0 = time.perf_counter()
     parsed = _fp16_onnx(info, options) if convert else info
+    if fold:
+        parsed = _constants_folded(parsed, options)
     try:
         plan = _build_plan(trt, parsed, options, profiles, target, strong)
     except ParserFailed as exc:
