@@ -131,6 +131,11 @@ dec() {  # the image may lack the zstd tool: the kit's zstandard for its Python 
     "import sys,zstandard; zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(sys.stdin.buffer, sys.stdout.buffer)"; fi
 }
 
+enc() {  # the other way, for the engines sent back (the device image has no zstd tool)
+  if command -v zstd >/dev/null; then zstd -q -3 -c; else env -u PYTHONHOME PYTHONPATH=/tmp/trt85/zs python3 -c \
+    "import sys,zstandard; zstandard.ZstdCompressor(level=3).copy_stream(sys.stdin.buffer, sys.stdout.buffer)"; fi
+}
+
 stream() {  # NAME: "ready" once every part of that stream has come and its sha256 matches the manifest
   local want sha have
   read -r want sha < <(grep "^$1 " $TA/manifest | cut -d' ' -f2-) || { echo "$1: 0 of ? parts"; return 3; }
@@ -326,9 +331,10 @@ send_engines() {  # $1: how many part files of at most 15 MiB this call may brin
       [ -f "$e.json" ] || continue  # the sidecar is written once the engine is whole
       n=$(gpu_tag).$key.$(basename "$e"); [ -f $PROG/parts/$n.packed ] && continue
       rm -f $PROG/parts/eng.$n.tzst.*
-      tar cf - -C "${ENGDIRS[$key]}" "$(basename "$e")" "$(basename "$e").json" | zstd -q -3 |
+      tar cf - -C "${ENGDIRS[$key]}" "$(basename "$e")" "$(basename "$e").json" | enc |
         split -b 15m -d -a 1 - $PROG/parts/eng.$n.tzst.
-      m=$(ls $PROG/parts/eng.$n.tzst.* | wc -l)
+      m=$(ls $PROG/parts/eng.$n.tzst.* 2>/dev/null | wc -l)
+      [ "$m" -gt 0 ] && [ -s $PROG/parts/eng.$n.tzst.0 ] || { echo "engines: $n could not be packed"; continue; }
       for ((k = 0; k < m; k++)); do mv $PROG/parts/eng.$n.tzst.$k $PROG/parts/eng.$n.tzst.$k-of-$m; done
       touch $PROG/parts/$n.packed
     done
@@ -373,7 +379,7 @@ restore_engines() {  # the kept parts of engines built on this GPU, each engine 
     key=$(basename "$name" | cut -d. -f3)
     [ -n "${ENGDIRS[$key]:-}" ] || { echo "engines: $(basename "$name"): no folder for $key"; continue; }
     mkdir -p "${ENGDIRS[$key]}"
-    for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | zstd -dq | tar x -C "${ENGDIRS[$key]}" &&
+    for ((k = 0; k < m; k++)); do cat "$name.tzst.$k-of-$m"; done | dec | tar x -C "${ENGDIRS[$key]}" &&
       touch "$name.restored" && echo "engines: ${name#*/eng.} restored"
   done
 }
