@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The one pipeline's device entry point: tests/gpu, then scripts/bench_one_pipeline.py.
 #
-#   bash scripts/gpu_pipeline.sh pack    development machine, repo root: tar the two detectors, vtest.avi and
-#                                        the asset images from ../shared/assets and split the tar into
-#                                        .gpu/gp1 .. .gpu/gpN (git-excluded) sized to ride along with the GPU
-#                                        kit's .gpu/ort1 .. .gpu/ort5 runs (64 MiB per run; see docs/gpu-pipeline.md)
-#   bash scripts/gpu_pipeline.sh run     GPU machine, after `source .gpu/kit/device-setup.sh`: collect the parts
+#   bash scripts/gpu_pipeline.sh pack    development machine, repo root: the setup script alone into .gpu/kitsh;
+#                                        tar the two detectors, vtest.avi and the asset images from ../shared/assets
+#                                        and split the tar into .gpu/gp1 .. .gpu/gpN (git-excluded), to ride along
+#                                        with the GPU kit's .gpu/ort1 .. .gpu/ort5 runs (64 MiB per run with the
+#                                        tree; the chain is in docs/gpu-pipeline.md)
+#   bash scripts/gpu_pipeline.sh run     GPU machine, after `source .gpu/kitsh/device-setup.sh`: collect the parts
 #                                        sent so far; once all parts and the GPU stack are there, run the tests
 #                                        and the benchmark, writing logs and JSON to $OUT (or ./gpu-pipeline-out)
 #   bash scripts/gpu_pipeline.sh bench [--steps ...]   the benchmark alone (the parts already collected)
@@ -16,6 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 cmd="${1:-run}"
 if [ "$cmd" = pack ]; then
+  mkdir -p .gpu/kitsh && cp ../shared/gpu/device-setup.sh .gpu/kitsh/  # the setup alone, for runs with no room for .gpu/kit
   STAGE_NAME=gp exec bash scripts/gpu_stage_assets.sh pack README.md models/detection/coco.names \
       models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi \
       images/bus.jpg images/opencv_hfs_000.jpg
