@@ -11,7 +11,8 @@
 #                                        and the benchmark, writing logs and JSON to $OUT (or ./gpu-pipeline-out)
 #   bash scripts/gpu_pipeline.sh bench [--steps ...]   the benchmark alone (the parts already collected)
 #   bash scripts/gpu_pipeline.sh update  GPU machine, the parts collected: scripts/bench_model_update.py on ONNX
-#                                        Runtime CUDA with the GPU processor (FRAMES=20000, a model at frame 2000)
+#                                        Runtime CUDA with the GPU processor (FRAMES=20000, a model at frame 2000),
+#                                        then scripts/probe_first_batch.py (a slot's first batch on a new thread)
 # With EDGERT_ASSETS already pointing at a full assets folder, `run` skips the parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,8 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --fo
 if [ "$cmd" = update ]; then  # a model dropped into a running GPU-processor pipeline on ONNX Runtime CUDA
   python3 scripts/bench_model_update.py --backend onnxruntime-cuda --processing gpu --frames "${FRAMES:-20000}" \
     --drop-at 2000 --out "$out/model-update-ort-cuda.json" 2>&1 | tee "$out/update.log" | tail -40
+  # what the stall at the swap is made of: a slot's first batch on a thread other than the warm-up's
+  python3 scripts/probe_first_batch.py --out "$out/probe-first-batch.json" 2>&1 | tee "$out/probe.log" | tail -12
   exit
 fi
 if [ "$cmd" = run ]; then
