@@ -23,7 +23,7 @@ __all__ = ["constant_nodes", "fold_constants"]
 
 #: Never evaluated ahead of time: the Q/DQ the builder reads, random draws, and nodes holding subgraphs.
 KEEP_OPS = QDQ_OPS | {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                      "Bernoulli", "If", "Loop", "Scan"}
+                      "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
 
 
 def _foldable(node: onnx.NodeProto, constant: set[str], outputs: set[str]) -> bool:
