@@ -1,18 +1,19 @@
 """Constant subgraphs of an ONNX graph folded into initializers, evaluated by onnx's reference evaluator.
 
 TensorRT 8.5's Q/DQ graph optimizer does not finish on a pointwise node whose inputs are all constants:
-yolov3-tiny's decoding computes ``Mul(Reciprocal(c1), c2)`` from two Constant nodes, and an INT8 Q/DQ build of it
-(edgert's model and ModelOpt's alike) logged ``Running: QuantizeGenericNodes on PWN(/Constant_50_output_0 ...,
-/Reciprocal_1)`` some 46 million times in 15 minutes without timing a single layer, where the FP16 build of the
-same graph took 47 s. Folding such nodes before the build is what Polygraphy's ``surgeon sanitize
---fold-constants`` does; that folds through ONNX Runtime (onnx-graphsurgeon), which a Jetson running TensorRT need
-not have, while onnx's reference evaluator comes with onnx, which edgert needs anyway.
+yolov3-tiny's decoding computes ``Mul(Reciprocal(c1), c2)`` from two Constant nodes, and its INT8 Q/DQ builds
+(edgert's placement and ModelOpt's alike) never reached a layer's timing
+(docs/results/trt85-int8-qdq-loop-h100-2026-12-07.json). Folding such nodes before the build is what Polygraphy's
+``surgeon sanitize --fold-constants`` does; that folds through ONNX Runtime (onnx-graphsurgeon), which a Jetson
+running TensorRT need not have, while onnx's reference evaluator comes with onnx, which edgert needs anyway.
 
 Quantize/DequantizeLinear are never folded (TensorRT reads a weight's Q/DQ pair as its INT8 scale), nor random
 or control-flow nodes, nor a node whose result is a graph output or would be larger than ``max_bytes``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Container
 
 import onnx
 from onnx import numpy_helper
@@ -26,7 +27,7 @@ KEEP_OPS = QDQ_OPS | {"RandomNormal", "RandomNormalLike", "RandomUniform", "Rand
                       "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
 
 
-def _foldable(node: onnx.NodeProto, constant: set[str], outputs: set[str]) -> bool:
+def _foldable(node: onnx.NodeProto, constant: Container[str], outputs: Container[str]) -> bool:
     return (node.op_type != "Constant" and node.op_type not in KEEP_OPS and node.domain in ("", "ai.onnx")
             and any(node.input) and all(i in constant for i in node.input if i)
             and not any(o in outputs for o in node.output))
@@ -71,7 +72,7 @@ def fold_constants(model: onnx.ModelProto, max_bytes: int = 4 << 20) -> int:
     folded = 0
     for node in graph.node:
         constant = node.op_type == "Constant"
-        if constant or _foldable(node, set(values), outputs):
+        if constant or _foldable(node, values, outputs):
             try:
                 tensors = _evaluate(node, values, opsets)
             except Exception:  # an op the reference evaluator lacks: TensorRT gets it as it was
