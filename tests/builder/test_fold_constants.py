@@ -56,8 +56,8 @@ def test_qdq_pairs_survive_folding(tmp_path: Path) -> None:
 
 
 def _qdq_with_constant_tail(path: Path) -> Path:
-    """A quantized conv scaled by ``1 / c1`` of a Constant: what TensorRT 8.5's Q/DQ optimizer did not finish on
-    (yolov3-tiny's decoding, edgert's INT8 model and ModelOpt's, on an H100)."""
+    """A quantized conv scaled by ``1 / c1`` of a Constant: the shape of node TensorRT 8.5's Q/DQ optimizer does
+    not finish on (yolov3-tiny's decoding)."""
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [numpy_helper.from_array(np.ones((4, 3, 1, 1), dtype=np.int8), "w"),
@@ -84,7 +84,7 @@ def test_qdq_models_are_folded_for_tensorrt_8_only(assets: Path, tmp_path: Path)
     assert folds_constants("tensorrt", "8.5.3.1", qdq)
     assert not folds_constants("tensorrt", "10.13.0.35", qdq)  # its optimizer has no such loop on record
     assert not folds_constants("tensorrt-rtx", "1.7.1.116", qdq)
-    assert not folds_constants("tensorrt", "8.5.3.1", fp32)  # FP16/FP32 builds of it took 47-218 s as they are
+    assert not folds_constants("tensorrt", "8.5.3.1", fp32)  # its FP16/FP32 builds finish as they are
 
 
 def test_constant_folded_copy_is_cached_and_keeps_qdq(tmp_path: Path) -> None:

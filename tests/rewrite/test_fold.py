@@ -1,6 +1,6 @@
 """Constant folding ahead of a TensorRT 8.x Q/DQ build: yolov3-tiny's decoding computes ``Mul(Reciprocal(c1), c2)``
-from two Constant nodes, on which TensorRT 8.5.3.1's Q/DQ optimizer ran for 15 minutes on an H100 without timing a
-layer. Folded, the outputs are the model's to the bit; Q/DQ, control flow, big results and graph outputs stay."""
+from two Constant nodes, which 8.5's Q/DQ optimizer does not finish on (docs/results/trt85-int8-qdq-loop-*.json).
+Folded, the outputs are the model's to the bit; Q/DQ, control flow, big results and graph outputs stay."""
 
 from __future__ import annotations
 
