@@ -319,35 +319,13 @@ class ParserFailed(BuildError):
 
 
 def _folded_onnx(info: OnnxInfo, options: BuildOptions) -> OnnxInfo | None:
-    """The model with its constant subgraphs folded by ONNX Runtime's basic graph optimizations (what Polygraphy's
-    ``surgeon sanitize --fold-constants`` does), for a parser that refuses a shape computed at run time from
+    """The model with its constant subgraphs folded, for a parser that refuses a shape computed at run time from
     constants: NanoDet's TensorFlow-converted graph builds a Reshape's shape with ScatterND, which TensorRT 8.5's
-    parser rejects ("an IScatterLayer cannot be used to compute a shape tensor"). Basic level keeps standard ONNX
-    ops and Q/DQ pairs. None where ONNX Runtime is not installed. Cached beside the engines, by the model's sha256."""
-    from edgert._lazy import is_importable
-
-    if not is_importable("onnxruntime"):
-        return None
-    import onnx
-    import onnxruntime as ort
-
-    folder = (options.cache_dir or default_cache_dir()) / "folded"
-    out = folder / f"{info.path.stem}.{info.sha256[:16]}.ort{ort.__version__}.onnx"
-    if not out.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.optimized_model_filepath = str(tmp)
-        ort.InferenceSession(str(info.path), so, providers=["CPUExecutionProvider"])
-        model = onnx.load(str(tmp))
-        used = {n.domain for n in model.graph.node}  # ORT lists every domain it knows; the parser reads them
-        keep = [o for o in model.opset_import if o.domain in used or o.domain in ("", "ai.onnx")]
-        del model.opset_import[:]
-        model.opset_import.extend(keep)
-        onnx.save(model, str(tmp))
-        tmp.replace(out)
-    return inspect_onnx(out)
+    parser rejects ("an IScatterLayer cannot be used to compute a shape tensor"). The same folding as before a
+    TensorRT 8.x Q/DQ build (:func:`_constants_folded`); a copy even where nothing folds, and None only where it
+    cannot be written (the parser's own line is then the answer)."""
+    folded = _constants_folded(info, options, always=True)
+    return folded if folded is not info else None
 
 
 def folds_constants(backend: str, trt_version: str, info: OnnxInfo) -> bool:
@@ -356,9 +334,10 @@ def folds_constants(backend: str, trt_version: str, info: OnnxInfo) -> bool:
     return backend == "tensorrt" and info.has_qdq and _major_of(trt_version) < 10
 
 
-def _constants_folded(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
-    """``info``'s model with its constant nodes folded by onnx's reference evaluator, cached beside the engines by
-    the model's sha256; ``info`` itself where there is nothing to fold or the folded copy cannot be written."""
+def _constants_folded(info: OnnxInfo, options: BuildOptions, always: bool = False) -> OnnxInfo:
+    """``info``'s model with its constant nodes folded by onnx's reference evaluator (:mod:`edgert.rewrite.fold`:
+    Q/DQ pairs kept), cached beside the engines by the model's sha256; ``info`` itself where the folded copy
+    cannot be written, or (unless ``always``) where there is nothing to fold."""
     import onnx
 
     from edgert.onnx_file import read_onnx
@@ -369,7 +348,7 @@ def _constants_folded(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
     if not out.is_file():
         model = read_onnx(info.path)
         count = fold_constants(model)
-        if not count:
+        if not count and not always:
             return info
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -379,7 +358,7 @@ def _constants_folded(info: OnnxInfo, options: BuildOptions) -> OnnxInfo:
         except (OSError, ValueError) as exc:  # a read-only cache, a model over protobuf's 2 GB
             log.warning("%s: building it unfolded (%s)", info.path.name, exc)
             return info
-        log.info("%s: %d constant nodes folded for TensorRT's Q/DQ optimizer (%s)", info.path.name, count, out)
+        log.info("%s: %d constant nodes folded (%s)", info.path.name, count, out)
     return inspect_onnx(out)
 
 
@@ -494,9 +473,11 @@ def build_engine(onnx_path: str | Path, out: str | Path | None = None, options: 
     try:
         plan = _build_plan(trt, parsed, options, profiles, target, strong)
     except ParserFailed as exc:
+        if fold:  # folded already: a second pass would parse the same graph
+            raise
         try:
             folded = _folded_onnx(parsed, options)
-        except Exception as fold_error:  # ONNX Runtime cannot load it either: the parser's line is the answer
+        except Exception as fold_error:  # onnx cannot read it either: the parser's line is the answer
             log.info("constant folding failed: %s", fold_error)
             folded = None
         if folded is None:
