@@ -25,15 +25,6 @@ import numpy as np
 from _bench import assets_dir, machine_info, write_json
 
 
-def _frame(path: Path) -> np.ndarray:
-    import cv2
-
-    image = cv2.imread(str(path))
-    if image is None:
-        raise SystemExit(f"{path}: not a readable image")
-    return np.ascontiguousarray(image)
-
-
 def _timed_runs(processor: Any, index: int, frame: np.ndarray, runs: int) -> list[float]:
     from edgert.stats import STAGES
 
@@ -81,17 +72,18 @@ def main() -> int:
     from edgert.config import PipelineConfig
     from edgert.config.convert import from_mapping
     from edgert.errors import EdgertError
+    from edgert.image_file import decode_image_file
     from edgert.pipeline.choice import open_processor
 
     assets = assets_dir()
     model = args.model or str(assets / "models" / "detection" / "nanodet-m-416-coco-v8layout.onnx")
-    frame = _frame(assets / "images" / "bus.jpg")
     config = from_mapping(PipelineConfig, {"model": {"path": model, "backend": args.backend},
                                            "source": {"uri": str(assets / "video" / "vtest.avi")},
                                            "runtime": {"processing": args.processing}})
     result: dict[str, Any] = {"model": model, "backend": args.backend, "processing": args.processing,
                               "runs": args.runs}
     try:
+        frame = decode_image_file(assets / "images" / "bus.jpg")
         for case in ("all slots at once", "one slot alone"):
             processor = open_processor(config, batch=1, sources=1)
             try:
