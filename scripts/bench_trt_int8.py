@@ -122,9 +122,11 @@ class BuildTrace(logging.Handler):
             self._add(now, msg)
 
     def _add(self, now: float, msg: str) -> None:
-        heapq.heappush(self.silences, (now - self.last, self.previous[:240]))
-        if len(self.silences) > self.keep:
-            heapq.heappop(self.silences)
+        gap = now - self.last
+        if len(self.silences) < self.keep:
+            heapq.heappush(self.silences, (gap, self.previous[:240]))
+        elif gap > self.silences[0][0]:  # most lines come within microseconds: no copy of them is kept
+            heapq.heapreplace(self.silences, (gap, self.previous[:240]))
         runner = timing_runner(msg)
         if runner:
             self.runners[self.runner] = self.runners.get(self.runner, 0.0) + now - self.runner_t
