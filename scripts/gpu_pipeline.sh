@@ -9,6 +9,8 @@
 #   bash scripts/gpu_pipeline.sh run     GPU machine, after `source .gpu/kitsh/device-setup.sh`: collect the parts
 #                                        sent so far; once all parts and the GPU stack are there, run the tests
 #                                        and the benchmark, writing logs and JSON to $OUT (or ./gpu-pipeline-out)
+#   bash scripts/gpu_pipeline.sh check   GPU machine, the parts collected: tests/gpu, then `update` below (a change to the
+#                                        model update or the GPU processor lands on both)
 #   bash scripts/gpu_pipeline.sh bench [--steps ...]   the benchmark alone (the parts already collected)
 #   bash scripts/gpu_pipeline.sh update  GPU machine, the parts collected: scripts/bench_model_update.py on ONNX
 #                                        Runtime CUDA with the GPU processor (FRAMES=20000, a model at frame 2000),
@@ -31,14 +33,14 @@ gpu_ready gp
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,compute_cap,power.draw,clocks.sm --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
-if [ "$cmd" = update ]; then  # a model dropped into a running GPU-processor pipeline on ONNX Runtime CUDA
+if [ "$cmd" = run ] || [ "$cmd" = check ]; then
+  python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -25
+fi
+if [ "$cmd" = update ] || [ "$cmd" = check ]; then  # a model dropped into a running GPU-processor pipeline on ONNX Runtime CUDA
   python3 scripts/bench_model_update.py --backend onnxruntime-cuda --processing gpu --frames "${FRAMES:-20000}" \
     --drop-at 2000 --out "$out/model-update-ort-cuda.json" 2>&1 | tee "$out/update.log" | tail -40
   # what the stall at the swap is made of: a slot's first batch on a thread other than the warm-up's
   python3 scripts/probe_first_batch.py --out "$out/probe-first-batch.json" 2>&1 | tee "$out/probe.log" | tail -12
   exit
-fi
-if [ "$cmd" = run ]; then
-  python3 -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$out/tests_gpu.log" | tail -25
 fi
 python3 scripts/bench_one_pipeline.py --out "$out/one_pipeline.json" "${@:2}" 2>&1 | tee "$out/bench.log" | grep -v "^INFO"
