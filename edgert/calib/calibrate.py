@@ -33,6 +33,7 @@ from edgert.calib.trt_cache import cache_trt_version
 from edgert.config import PipelineConfig
 from edgert.errors import CalibrationError, ModelError
 from edgert.onnx_file import has_qdq
+from edgert.rewrite.fold import fold_constants
 
 __all__ = ["CHECK_FRAMES", "DEFAULT_MAX_DROP", "CalibrationOptions", "calibrate", "output_paths", "ranges_method",
            "verdict"]
@@ -137,6 +138,9 @@ def calibrate(model: str | Path, images: str | Path, out: str | Path, config: Pi
     meta = {"edgert.calibration": json.dumps({"key": key, "method": ranges_method(opts), "images": len(dataset.used)})}
     checked = steps.check_and_search(model, prep, eq.model, rng, images, dataset, config, opts, meta,
                                      paths["onnx"].name)
+    # constant subgraphs folded (Q/DQ kept, outputs bit-identical): TensorRT 8.5's Q/DQ optimizer does not finish on
+    # a pointwise node of constants, so the file builds with trtexec on JetPack 5 as well as with edgert build
+    fold_constants(checked.qdq)
     _save(checked.qdq, paths["onnx"])
     engine: dict[str, Any] | None = None
     if opts.engine_size:

@@ -21,11 +21,12 @@ def _w(rng: np.random.Generator, name: str, *shape: int, scale: float = 0.3) -> 
 
 
 def tiny_detector(path: Path, size: int = 32, classes: int = 3, seed: int = 0, neg_inf_pad: bool = False,
-                  residual: bool = False) -> Path:
+                  residual: bool = False, constant_stride: bool = False) -> Path:
     """A YOLOv8-layout detector: images [1,3,S,S] -> output0 [1, 4+C, (S/4)^2].
 
     conv(stride 2) -> relu -> [Pad(-inf) -> MaxPool] -> conv(stride 2) -> relu [-> conv + residual Add]
-    -> head conv (4+C channels) -> reshape -> decoding tail (sigmoid scores, box = relu * 8 + grid)
+    -> head conv (4+C channels) -> reshape -> decoding tail (sigmoid scores, box = relu * 8 + grid).
+    ``constant_stride``: the 8 is ``Reciprocal(Constant 0.125)``, as yolov3-tiny's decoding computes its scale
     """
     rng = np.random.default_rng(seed)
     c1, c2, n = 8, 16, (size // 4) ** 2
@@ -35,13 +36,17 @@ def tiny_detector(path: Path, size: int = 32, classes: int = 3, seed: int = 0, n
         _w(rng, "wh", 4 + classes, c2, 1, 1), _w(rng, "bh", 4 + classes, scale=0.1),
         numpy_helper.from_array(np.array([1, 4 + classes, n], np.int64), "shape"),
         numpy_helper.from_array(np.array([4, classes], np.int64), "split"),
-        numpy_helper.from_array(np.array(8.0, np.float32), "stride"),
+        *([] if constant_stride else [numpy_helper.from_array(np.array(8.0, np.float32), "stride")]),
         numpy_helper.from_array(np.arange(n, dtype=np.float32).reshape(1, 1, n) % (size // 4) * 4.0, "grid"),
     ]
     nodes = [
         helper.make_node("Conv", ["images", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
     ]
+    if constant_stride:
+        nodes += [helper.make_node("Constant", [], ["eighth"], name="eighth",
+                                   value=numpy_helper.from_array(np.array(0.125, np.float32), "eighth")),
+                  helper.make_node("Reciprocal", ["eighth"], ["stride"], name="stride_reciprocal")]
     x = "r1"
     stride2 = [2, 2]
     if neg_inf_pad:
