@@ -15,7 +15,8 @@
 #   bash scripts/gpu_pipeline.sh update  GPU machine, the parts collected: scripts/bench_model_update.py on ONNX
 #                                        Runtime CUDA with the GPU processor (FRAMES=20000, a model at frame 2000),
 #                                        then scripts/probe_first_batch.py (a slot's first batch on a new thread)
-# With EDGERT_ASSETS already pointing at a full assets folder, `run` skips the parts.
+# With EDGERT_ASSETS already pointing at a full assets folder, `run` skips the parts. Runs that carry .gpu/kp1..3
+# (scripts/gpu_ort_kit.sh pack) bring the GPU stack and the assets in three runs, without device-setup.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cmd="${1:-run}"
@@ -28,6 +29,11 @@ fi
 
 out="${OUT:-gpu-pipeline-out}"
 mkdir -p "$out"
+if compgen -G ".gpu/kp[0-9]*" > /dev/null || [ -d /tmp/edgert-kp-parts ]; then  # the three-run kit (gpu_ort_kit.sh)
+  bash scripts/gpu_ort_kit.sh unpack
+  case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac
+  export PYTHONPATH="/tmp/gpusite${PYTHONPATH:+:$PYTHONPATH}"
+fi
 source scripts/gpu_stage_assets.sh
 gpu_ready gp
 case $? in 0) ;; 3) exit 0 ;; *) exit 1 ;; esac  # 3: more parts (or the GPU stack) to come in the next run
