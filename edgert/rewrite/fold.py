@@ -33,6 +33,18 @@ def _foldable(node: onnx.NodeProto, constant: Container[str], outputs: Container
             and not any(o in outputs for o in node.output))
 
 
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """The names the subgraphs of ``node`` (an If's branches, a Loop's body) read, theirs and their own
+    subgraphs': an outer value read only there must stay."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            for inner in graph.node:
+                reads.update(i for i in inner.input if i)
+                reads |= _subgraph_reads(inner)
+    return reads
+
+
 def constant_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """The nodes :func:`fold_constants` would evaluate: every input a constant, directly or once folded."""
     graph = model.graph
@@ -87,7 +99,7 @@ def fold_constants(model: onnx.ModelProto, max_bytes: int = 4 << 20) -> int:
         return 0
     nodes = [n for n in kept
              if n.op_type != "Constant" or not all(o in values for o in n.output) or n.output[0] in outputs]
-    used = {i for n in nodes for i in n.input} | outputs
+    used = {i for n in nodes for i in n.input} | outputs | {i for n in nodes for i in _subgraph_reads(n)}
     produced = {o for n in nodes for o in n.output}
     existing = {t.name for t in graph.initializer}
     new = [values[name] for name in dict.fromkeys(o for n in graph.node for o in n.output)

@@ -88,6 +88,27 @@ def test_an_op_the_evaluator_cannot_run_stays_with_what_reads_it() -> None:
     assert [n.op_type for n in model.graph.node].count("Constant") == 2  # nothing changed
 
 
+def test_a_value_read_only_inside_a_branch_stays() -> None:
+    # an If's branch reads the outer "k" (folded from the Reciprocal and Mul) and "bias" (an initializer no outer
+    # node reads): both must stay in the graph for the branch to run
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["y", "k"], ["t"]),
+                                  helper.make_node("Add", ["t", "bias"], [f"{name}_out"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 4, 8, 8])])
+
+    model = _qdq_model([helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+                        helper.make_node("Greater", ["mx", "xz_f"], ["cond"]),
+                        helper.make_node("If", ["cond"], ["z"], then_branch=branch("then", "Mul"),
+                                         else_branch=branch("else", "Sub"))], outputs=("z",))
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(0.5, np.float32), "xz_f"),
+                                    numpy_helper.from_array(np.full((1, 4, 1, 1), 0.25, np.float32), "bias")])
+    x = np.random.default_rng(2).random((1, 3, 8, 8), dtype=np.float32)
+    want = _run(model, {"x": x})
+    assert fold_constants(model) == 2
+    assert {"k", "bias"} <= {t.name for t in model.graph.initializer}
+    assert np.array_equal(_run(model, {"x": x})[0], want[0])
+
+
 def test_yolov3_tiny_decoding_folds_to_the_same_outputs(assets: Path) -> None:
     src = assets / "models" / "detection" / "yolov3-tiny-coco-416.onnx"
     model = onnx.load(str(src))
