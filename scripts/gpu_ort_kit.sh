@@ -22,9 +22,8 @@ if [ "$cmd" = pack ]; then
   unzip -q "$whl" -d $stage/site
   python3 ../shared/gpu/trt85/prune_fatbin.py $stage/site/onnxruntime/capi/libonnxruntime_providers_cuda.so "$SM"
   cp ../shared/gpu/wheels/*.whl $stage/wheels/
-  (cd "$src" && tar cf - README.md models/detection/coco.names models/detection/nanodet-m-416-coco-v8layout.onnx \
-    models/detection/yolov8s-fall-640.onnx video/vtest.avi images/bus.jpg images/opencv_hfs_000.jpg) |
-    tar xf - -C $stage/assets
+  source scripts/gpu_stage_assets.sh
+  (cd "$src" && tar cf - "${PIPELINE_ASSETS[@]}") | tar xf - -C $stage/assets
   tar cf - -C $stage . | xz -9e -T0 > .gpu/kp.tar.xz
   python3 - <<'PY'
 import hashlib

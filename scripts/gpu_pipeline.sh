@@ -22,9 +22,8 @@ cd "$(dirname "$0")/.."
 cmd="${1:-run}"
 if [ "$cmd" = pack ]; then
   mkdir -p .gpu/kitsh && cp ../shared/gpu/device-setup.sh .gpu/kitsh/  # the setup alone, for runs with no room for .gpu/kit
-  STAGE_NAME=gp exec bash scripts/gpu_stage_assets.sh pack README.md models/detection/coco.names \
-      models/detection/nanodet-m-416-coco-v8layout.onnx models/detection/yolov8s-fall-640.onnx video/vtest.avi \
-      images/bus.jpg images/opencv_hfs_000.jpg
+  source scripts/gpu_stage_assets.sh
+  STAGE_NAME=gp exec bash scripts/gpu_stage_assets.sh pack "${PIPELINE_ASSETS[@]}"
 fi
 
 out="${OUT:-gpu-pipeline-out}"

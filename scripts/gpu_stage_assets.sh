@@ -26,6 +26,9 @@ gpu_ready() {
     return 3
   fi
 }
+# What the one pipeline's device runs read (scripts/gpu_pipeline.sh pack, scripts/gpu_ort_kit.sh pack), under assets
+PIPELINE_ASSETS=(README.md models/detection/coco.names models/detection/nanodet-m-416-coco-v8layout.onnx
+  models/detection/yolov8s-fall-640.onnx video/vtest.avi images/bus.jpg images/opencv_hfs_000.jpg)
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 
 set -euo pipefail
